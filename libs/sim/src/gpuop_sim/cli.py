@@ -1,0 +1,5 @@
+"""`gpuop-sim` console script."""
+
+
+def main() -> None:
+    raise SystemExit("gpuop-sim: under construction")

@@ -1,0 +1,1 @@
+"""Pytest fixtures for this area; re-exported by gpuop_sim.pytest_plugin."""
