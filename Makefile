@@ -55,7 +55,7 @@ protos: install
 	$(RUN) python tools/gen_protos.py
 
 charts: install
-	$(RUN) python tools/charts.py lint
+	$(RUN) python tools/charts.py
 
 clean:
 	rm -rf .venv $(TOOLS) .cache $(BIN)
