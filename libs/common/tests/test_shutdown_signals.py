@@ -1,0 +1,185 @@
+"""Graceful shutdown: real subprocesses get SIGTERM and leave promptly at a safe point."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from gpuop_common.shutdown import Stopping, run_periodic
+
+SERVICE = textwrap.dedent(
+    """
+    import sys
+    from gpuop_common.settings import AgentSettings
+    from gpuop_common.shutdown import run_service
+
+    MODE = sys.argv[1]
+
+    def main(ctx):
+        ctx.probes.set_ready(True)
+        print(f"serving {ctx.probes.port}", flush=True)
+        if MODE == "wedged":
+            import threading
+            threading.Event().wait()  # ignores ctx.stopping on purpose
+        while not ctx.stopping.wait(0.05):
+            pass
+        print("left at a safe point", flush=True)
+        return 0
+
+    async def amain(ctx):
+        print(f"serving {ctx.probes.port}", flush=True)
+        while not await ctx.stopping.wait_async(0.05):
+            pass
+        print("left at a safe point", flush=True)
+
+    timeout = float(sys.argv[2]) if len(sys.argv) > 2 else 25.0
+    sys.exit(run_service(AgentSettings, amain if MODE == "async" else main, service="example",
+                         argv=[], shutdown_timeout=timeout))
+    """
+)
+
+
+def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    script = tmp_path / "service.py"
+    script.write_text(SERVICE)
+    env = dict(os.environ, GPUOP_BIND_ADDRESS="127.0.0.1", GPUOP_PROBE_PORT="0", NODE_NAME="node-a")
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _wait_for_line(process: subprocess.Popen[str], prefix: str, timeout: float = 20.0) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if selector.select(timeout=deadline - time.monotonic()):
+                line = process.stdout.readline()
+                if line.startswith(prefix):
+                    return line
+                if not line:
+                    break
+    raise AssertionError(
+        f"no line starting with {prefix!r}; stderr: {process.stderr.read() if process.stderr else ''}"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_sigterm_exits_cleanly_and_promptly(tmp_path: Path, mode: str) -> None:
+    process = _start(tmp_path, mode)
+    try:
+        _wait_for_line(process, "serving")
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=10)
+        elapsed = time.monotonic() - sent
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "left at a safe point" in out
+    assert elapsed < 5
+    records = [json.loads(line) for line in err.splitlines()]
+    assert [r["message"] for r in records if r["message"] in {"stopping", "stopped"}] == [
+        "stopping",
+        "stopped",
+    ]
+    assert all(r["service"] == "example" and r["node"] == "node-a" for r in records)
+
+
+@pytest.mark.slow
+def test_second_signal_forces_exit(tmp_path: Path) -> None:
+    process = _start(tmp_path, "wedged")
+    try:
+        _wait_for_line(process, "serving")
+        process.send_signal(signal.SIGTERM)
+        _wait_for_stderr_record(process, "stopping")
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+    finally:
+        process.kill()
+    assert process.returncode == 1
+
+
+@pytest.mark.slow
+def test_hard_timeout_forces_exit(tmp_path: Path) -> None:
+    process = _start(tmp_path, "wedged", "0.3")
+    try:
+        _wait_for_line(process, "serving")
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=10)
+    finally:
+        process.kill()
+    assert process.returncode == 1
+    assert "did not stop within 0.3s" in err
+
+
+def _wait_for_stderr_record(process: subprocess.Popen[str], message: str, timeout: float = 10.0) -> None:
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stderr, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if selector.select(timeout=deadline - time.monotonic()):
+                line = process.stderr.readline()
+                if not line:
+                    break
+                if json.loads(line).get("message") == message:
+                    return
+    raise AssertionError(f"no {message!r} log record")
+
+
+def test_stopping_wakes_thread_and_async_waiters() -> None:
+    stopping = Stopping()
+    assert stopping.wait(0.01) is False
+
+    async def waiter() -> bool:
+        return await stopping.wait_async(10)
+
+    async def scenario() -> bool:
+        task = asyncio.create_task(waiter())
+        await asyncio.sleep(0)
+        threading.Thread(target=stopping.set, args=("test",)).start()
+        return await asyncio.wait_for(task, 5)
+
+    assert asyncio.run(scenario()) is True
+    assert stopping.wait(0) is True
+    assert stopping.reason == "test"
+
+
+def test_run_periodic_stops_at_safe_point_and_survives_failures() -> None:
+    stopping = Stopping()
+    calls: list[int] = []
+
+    def step() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise RuntimeError("transient")
+        if len(calls) == 3:
+            stopping.set("done")
+
+    assert run_periodic(step, interval=0.001, stopping=stopping) == 0
+    assert calls == [0, 1, 2]
+
+
+def test_run_periodic_once_reports_failure() -> None:
+    def failing() -> None:
+        raise RuntimeError("broken")
+
+    assert run_periodic(failing, interval=60, stopping=Stopping(), once=True) == 1
+    assert run_periodic(lambda: None, interval=60, stopping=Stopping(), once=True) == 0
