@@ -90,14 +90,17 @@ class UnixServer:
     _stopped: bool = field(default=False, init=False)
 
     def stop(self, grace: float | None = 0.5) -> None:
-        """Stop serving, join the worker threads and delete the socket if it is still ours."""
+        """Stop serving, join the worker threads and delete the socket if it is still ours.
+
+        gRPC core itself unlinks the listening path when the listener closes, whatever now sits
+        there, so always stop an old server before listening again on the same path.
+        """
         if self._stopped:
             return
         self._stopped = True
         self.server.stop(grace).wait()
         self._executor.shutdown(wait=True, cancel_futures=True)
-        # Only remove the file this server created: after a kubelet restart the name may belong to a
-        # newer socket (our own replacement, or another process's), which must survive.
+        # Only remove the file this server created (gRPC normally already has).
         try:
             if is_socket(self.path) and self.path.lstat().st_ino == self._inode:
                 self.path.unlink()
