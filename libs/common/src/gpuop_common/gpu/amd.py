@@ -1,0 +1,212 @@
+"""AMD backend: amdgpu sysfs, hwmon and KFD topology under one host root (no ROCm libraries)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuop_common.gpu.amd_inventory import AmdGpuSource, build_inventory
+from gpuop_common.gpu.amd_telemetry import read_ras, read_telemetry
+from gpuop_common.gpu.base import GpuBackend
+from gpuop_common.gpu.errors import (
+    InvalidPartitionModeError,
+    PartitionNotSupportedError,
+    PartitionWriteError,
+)
+from gpuop_common.gpu.models import (
+    GpuDevice,
+    GpuHealth,
+    GpuTelemetry,
+    HealthReason,
+    LinkType,
+    PartitionHealth,
+    PartitionState,
+    Vendor,
+)
+from gpuop_common.gpu.sysfs import FieldReader
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Baseline:
+    """What a GPU looked like when health monitoring started."""
+
+    bdf: str
+    render_minors: dict[str, int]  # partition id (or GPU id) -> KFD render minor
+    ras_ue: dict[str, int] = field(default_factory=dict)
+
+
+def split_mode(mode: str) -> tuple[str | None, str | None]:
+    """`CPX`, `NPS4`, `cpx_nps4` or `CPX-NPS4` -> (compute, memory), upper-case."""
+    compute: str | None = None
+    memory: str | None = None
+    for raw in mode.replace("-", "_").split("_"):
+        token = raw.strip().upper()
+        if not token:
+            continue
+        if token.startswith("NPS"):
+            memory = token
+        else:
+            compute = token
+    return compute, memory
+
+
+class AmdSysfsBackend(GpuBackend):
+    vendor = Vendor.AMD
+
+    def __init__(self, host_root: Path | str = "/") -> None:
+        self.root = Path(host_root)
+        self._baseline: dict[str, _Baseline] | None = None
+
+    # inventory -----------------------------------------------------------------------------------
+    def _inventory(self) -> list[tuple[GpuDevice, AmdGpuSource]]:
+        devices, sources = build_inventory(self.root)
+        return list(zip(devices, sources, strict=True))
+
+    def enumerate(self) -> list[GpuDevice]:
+        return [gpu for gpu, _ in self._inventory()]
+
+    # health --------------------------------------------------------------------------------------
+    def _snapshot(self, gpu: GpuDevice, source: AmdGpuSource) -> _Baseline:
+        minors = {p.id: p.render_minor for p in gpu.partitions}
+        if not minors and gpu.render_minor is not None and source.kfd_nodes:
+            minors[gpu.id] = gpu.render_minor
+        return _Baseline(gpu.pci_address, minors, self._ras_ue(gpu.id, source))
+
+    def _ras_ue(self, gpu_id: str, source: AmdGpuSource) -> dict[str, int]:
+        if source.device_dir is None:
+            return {}
+        ras = read_ras(FieldReader(gpu_id), source.device_dir)
+        return {block: c.uncorrectable for block, c in ras.items() if c.uncorrectable is not None}
+
+    def reset_health(self) -> None:
+        self._baseline = None
+
+    def health(self) -> list[GpuHealth]:
+        inventory = self._inventory()
+        if self._baseline is None:
+            self._baseline = {gpu.id: self._snapshot(gpu, src) for gpu, src in inventory}
+        current = {gpu.id: (gpu, src) for gpu, src in inventory}
+        results: list[GpuHealth] = []
+        for gpu_id, base in sorted(self._baseline.items(), key=lambda kv: kv[1].bdf):
+            if gpu_id not in current:
+                reason = HealthReason(
+                    "gpu_vanished", f"GPU {base.bdf} has neither a DRM card nor a KFD node any more", base.bdf
+                )
+                parts = tuple(PartitionHealth(pid, (reason,)) for pid in base.render_minors if pid != gpu_id)
+                results.append(GpuHealth(gpu_id, (reason,), parts))
+                continue
+            gpu, source = current[gpu_id]
+            results.append(self._check(gpu, source, base))
+        for gpu_id, (gpu, source) in current.items():
+            if gpu_id not in self._baseline:
+                self._baseline[gpu_id] = self._snapshot(gpu, source)
+                results.append(self._check(gpu, source, self._baseline[gpu_id]))
+        return results
+
+    def _missing_nodes(self, nodes: tuple[str, ...]) -> list[HealthReason]:
+        return [
+            HealthReason("device_node_missing", f"device node {node} is gone", node)
+            for node in nodes
+            if not (self.root / node.lstrip("/")).exists()
+        ]
+
+    def _check(self, gpu: GpuDevice, source: AmdGpuSource, base: _Baseline) -> GpuHealth:
+        reasons: list[HealthReason] = []
+        kfd_minors = {n.render_minor for n in source.kfd_nodes}
+        if base.render_minors and not source.kfd_nodes:
+            reasons.append(HealthReason("kfd_node_vanished", f"GPU {gpu.pci_address} has no KFD node"))
+        for node in source.kfd_nodes:
+            if node.prop("gfx_target_version") == 0:
+                reasons.append(
+                    HealthReason(
+                        "gfx_target_version_zero", "KFD reports gfx_target_version 0", str(node.path)
+                    )
+                )
+        reasons.extend(self._missing_nodes(gpu.device_nodes))
+        reasons.extend(self._ras_reasons(gpu.id, source, base))
+        parts: list[PartitionHealth] = []
+        for part in gpu.partitions:
+            own: list[HealthReason] = []
+            if part.render_minor not in kfd_minors:
+                own.append(HealthReason("kfd_node_vanished", f"partition {part.id} has no KFD node"))
+            own.extend(self._missing_nodes(part.device_nodes))
+            parts.append(PartitionHealth(part.id, tuple(own)))
+        current_ids = {p.id for p in gpu.partitions}
+        for pid, minor in base.render_minors.items():
+            if pid != gpu.id and pid not in current_ids:
+                reason = HealthReason("kfd_node_vanished", f"partition {pid} (renderD{minor}) vanished")
+                parts.append(PartitionHealth(pid, (reason,)))
+        return GpuHealth(gpu.id, tuple(reasons), tuple(parts))
+
+    def _ras_reasons(self, gpu_id: str, source: AmdGpuSource, base: _Baseline) -> list[HealthReason]:
+        reasons: list[HealthReason] = []
+        for block, count in self._ras_ue(gpu_id, source).items():
+            before = base.ras_ue.setdefault(block, count)
+            if count > before:
+                ras_dir = source.device_dir / "ras" if source.device_dir else Path("ras")
+                source_file = str(ras_dir / f"{block}_err_count")
+                reasons.append(
+                    HealthReason(
+                        "ras_uncorrectable_increase",
+                        f"RAS block {block}: uncorrectable errors rose from {before} to {count}",
+                        source_file,
+                    )
+                )
+            elif count < before:
+                # Counters restart after a driver reload; the new value is the new baseline.
+                base.ras_ue[block] = count
+        return reasons
+
+    # telemetry -----------------------------------------------------------------------------------
+    def telemetry(self) -> list[GpuTelemetry]:
+        result: list[GpuTelemetry] = []
+        for gpu, source in self._inventory():
+            xgmi_peers = sum(1 for link in gpu.links if link.link_type == LinkType.XGMI and link.hops == 1)
+            result.append(read_telemetry(gpu.id, source, xgmi_peers if source.kfd_nodes else None))
+        return result
+
+    # partitions ----------------------------------------------------------------------------------
+    def _locate(self, gpu_id: str) -> tuple[GpuDevice, AmdGpuSource]:
+        inventory = self._inventory()
+        gpu = self.find(gpu_id, [g for g, _ in inventory])
+        return next((g, s) for g, s in inventory if g.id == gpu.id)
+
+    def get_partition_mode(self, gpu_id: str) -> PartitionState:
+        gpu, _ = self._locate(gpu_id)
+        if gpu.partition is None:
+            raise PartitionNotSupportedError(gpu.id, "compute and memory")
+        return gpu.partition
+
+    def set_partition_mode(self, gpu_id: str, mode: str) -> PartitionState:
+        gpu, source = self._locate(gpu_id)
+        state = gpu.partition
+        compute, memory = split_mode(mode)
+        if compute is None and memory is None:
+            raise InvalidPartitionModeError(gpu.id, mode, state.available_compute if state else ())
+        if state is None or source.device_dir is None:
+            raise PartitionNotSupportedError(gpu.id, "compute and memory")
+        writes: list[tuple[str, str]] = []
+        if compute is not None:
+            if not state.available_compute:
+                raise PartitionNotSupportedError(gpu.id, "compute")
+            if compute not in state.available_compute:
+                raise InvalidPartitionModeError(gpu.id, compute, state.available_compute)
+            writes.append(("current_compute_partition", compute))
+        if memory is not None:
+            if not state.available_memory:
+                raise PartitionNotSupportedError(gpu.id, "memory")
+            if memory not in state.available_memory:
+                raise InvalidPartitionModeError(gpu.id, memory, state.available_memory)
+            writes.append(("current_memory_partition", memory))
+        # Memory mode first: the kernel validates the compute mode against the active NPS mode.
+        for name, value in sorted(writes, key=lambda w: w[0] != "current_memory_partition"):
+            target = source.device_dir / name
+            try:
+                target.write_text(value + "\n")
+            except OSError as exc:
+                raise PartitionWriteError(gpu.id, str(target), str(exc)) from exc
+            log.info("GPU %s: wrote %s to %s", gpu.id, value, target)
+        return self.get_partition_mode(gpu.id)
