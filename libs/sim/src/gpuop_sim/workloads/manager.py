@@ -1,0 +1,259 @@
+"""ControllerManager: the simulator's kube-controller-manager + kube-scheduler, over HTTP.
+
+Informers cache nodes, pods and the workload kinds; each controller has its own work queue and
+reconciles one object at a time from the caches (level-triggered), writing through the real
+`kubernetes` client. A periodic resync re-enqueues everything so a lost event only delays work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime
+
+from gpuop_sim.workloads.daemonset import build_daemon_pod, plan_daemonset, status_changed
+from gpuop_sim.workloads.deployment import (
+    build_replica_pod,
+    plan_deployment,
+    plan_replicaset,
+)
+from gpuop_sim.workloads.informer import Informer, WorkQueue
+from gpuop_sim.workloads.job import build_job_pod, plan_job
+from gpuop_sim.workloads.kubeapi import (
+    DAEMONSETS,
+    DEPLOYMENTS,
+    JOBS,
+    NODES,
+    PODS,
+    REPLICASETS,
+    KubeRest,
+    Resource,
+    is_status,
+)
+from gpuop_sim.workloads.objects import (
+    Obj,
+    is_deleting,
+    key_of,
+    meta,
+    name_of,
+    namespace_of,
+    spec_of,
+    status_of,
+)
+from gpuop_sim.workloads.scheduler import needs_scheduling, plan_bindings
+
+log = logging.getLogger(__name__)
+
+_SCHEDULER_KEY = "pending-pods"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _owner_key(obj: Obj) -> tuple[str | None, str]:
+    """(kind, namespace/name) of the object's controlling owner."""
+    for ref in meta(obj).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("kind")), f"{namespace_of(obj)}/{ref.get('name')}"
+    return None, ""
+
+
+class ControllerManager:
+    """DaemonSet, Deployment, ReplicaSet and Job controllers plus a scheduler, in daemon threads."""
+
+    def __init__(self, rest: KubeRest, *, resync_seconds: float = 5.0) -> None:
+        self.rest = rest
+        self._resync_seconds = resync_seconds
+        self.informers: dict[str, Informer] = {
+            r.plural: Informer(rest, r) for r in (NODES, PODS, DAEMONSETS, DEPLOYMENTS, REPLICASETS, JOBS)
+        }
+        self.queues = {
+            "daemonsets": WorkQueue("daemonset-controller", self._reconcile_daemonset),
+            "deployments": WorkQueue("deployment-controller", self._reconcile_deployment),
+            "replicasets": WorkQueue("replicaset-controller", self._reconcile_replicaset),
+            "jobs": WorkQueue("job-controller", self._reconcile_job),
+            "scheduler": WorkQueue("scheduler", lambda _key: self._schedule()),
+        }
+        self._stop = threading.Event()
+        self._resync = threading.Thread(target=self._resync_loop, name="controller-resync", daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self, timeout: float = 15.0) -> None:
+        self.informers["nodes"].add_handler(self._on_node)
+        self.informers["pods"].add_handler(self._on_pod)
+        self.informers["daemonsets"].add_handler(lambda _t, o: self.queues["daemonsets"].add(key_of(o)))
+        self.informers["deployments"].add_handler(lambda _t, o: self.queues["deployments"].add(key_of(o)))
+        self.informers["replicasets"].add_handler(self._on_replicaset)
+        self.informers["jobs"].add_handler(lambda _t, o: self.queues["jobs"].add(key_of(o)))
+        for informer in self.informers.values():
+            informer.start()
+        for plural, informer in self.informers.items():
+            if not informer.wait_synced(timeout):
+                raise TimeoutError(f"controller cache for {plural} did not sync within {timeout}s")
+        for queue in self.queues.values():
+            queue.start()
+        self._resync.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for queue in self.queues.values():
+            queue.stop()
+        for informer in self.informers.values():
+            informer.stop()
+
+    def idle(self) -> bool:
+        return all(q.idle() for q in self.queues.values())
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self._resync_seconds):
+            self._enqueue_all()
+
+    def _enqueue_all(self) -> None:
+        for plural in ("daemonsets", "deployments", "replicasets", "jobs"):
+            for obj in self.informers[plural].items():
+                self.queues[plural].add(key_of(obj))
+        self.queues["scheduler"].add(_SCHEDULER_KEY)
+
+    # -- event routing ---------------------------------------------------------------------------
+    def _on_node(self, _event: str, _node: Obj) -> None:
+        for ds in self.informers["daemonsets"].items():
+            self.queues["daemonsets"].add(key_of(ds))
+        self.queues["scheduler"].add(_SCHEDULER_KEY)
+
+    def _on_pod(self, event: str, pod: Obj) -> None:
+        kind, owner = _owner_key(pod)
+        queue = {"DaemonSet": "daemonsets", "ReplicaSet": "replicasets", "Job": "jobs"}.get(kind or "")
+        if queue:
+            self.queues[queue].add(owner)
+        if (
+            needs_scheduling(pod)
+            or event == "DELETED"
+            or status_of(pod).get("phase") in ("Succeeded", "Failed")
+        ):
+            self.queues["scheduler"].add(_SCHEDULER_KEY)
+
+    def _on_replicaset(self, _event: str, rs: Obj) -> None:
+        self.queues["replicasets"].add(key_of(rs))
+        kind, owner = _owner_key(rs)
+        if kind == "Deployment":
+            self.queues["deployments"].add(owner)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _pods_in(self, namespace: str) -> list[Obj]:
+        return [p for p in self.informers["pods"].items() if namespace_of(p) == namespace]
+
+    def _create(self, resource: Resource, body: Obj, cache: str) -> None:
+        try:
+            created = self.rest.create(resource, body, namespace_of(body))
+        except Exception as error:
+            if is_status(error, 409):
+                return
+            raise
+        created.setdefault("kind", resource.kind)
+        created.setdefault("apiVersion", resource.group_version)
+        self.informers[cache].upsert(created)
+
+    def _delete(self, resource: Resource, obj: Obj) -> None:
+        try:
+            self.rest.delete(resource, name_of(obj), namespace_of(obj), uid=meta(obj).get("uid"))
+        except Exception as error:
+            if not is_status(error, 404, 409):
+                raise
+
+    def _patch_status(self, resource: Resource, obj: Obj, status: Obj) -> None:
+        try:
+            self.rest.patch(resource, name_of(obj), {"status": status}, namespace_of(obj), sub="status")
+        except Exception as error:
+            if not is_status(error, 404):
+                raise
+
+    # -- controllers -----------------------------------------------------------------------------
+    def _reconcile_daemonset(self, key: str) -> None:
+        ds = self.informers["daemonsets"].get(key)
+        if ds is None or is_deleting(ds):
+            return
+        plan = plan_daemonset(ds, self.informers["nodes"].items(), self._pods_in(namespace_of(ds)))
+        for pod in plan.delete:
+            self._delete(PODS, pod)
+        for node_name in plan.create_on:
+            self._create(PODS, build_daemon_pod(ds, node_name), "pods")
+        if status_changed(ds, plan.status):
+            self._patch_status(DAEMONSETS, ds, plan.status)
+
+    def _reconcile_deployment(self, key: str) -> None:
+        deployment = self.informers["deployments"].get(key)
+        if deployment is None or is_deleting(deployment):
+            return
+        replicasets = [
+            rs for rs in self.informers["replicasets"].items() if namespace_of(rs) == namespace_of(deployment)
+        ]
+        plan = plan_deployment(deployment, replicasets)
+        for rs in plan.create:
+            self._create(REPLICASETS, rs, "replicasets")
+        for rs, replicas in plan.scale:
+            self.rest.patch(REPLICASETS, name_of(rs), {"spec": {"replicas": replicas}}, namespace_of(rs))
+        if status_changed(deployment, {k: v for k, v in plan.status.items() if k != "conditions"}):
+            self._patch_status(DEPLOYMENTS, deployment, plan.status)
+
+    def _reconcile_replicaset(self, key: str) -> None:
+        rs = self.informers["replicasets"].get(key)
+        if rs is None or is_deleting(rs):
+            return
+        plan = plan_replicaset(rs, self._pods_in(namespace_of(rs)))
+        for pod in plan.delete:
+            self._delete(PODS, pod)
+        for _ in range(plan.create):
+            self._create(PODS, build_replica_pod(rs), "pods")
+        if status_changed(rs, plan.status):
+            self._patch_status(REPLICASETS, rs, plan.status)
+
+    def _reconcile_job(self, key: str) -> None:
+        job = self.informers["jobs"].get(key)
+        if job is None or is_deleting(job):
+            return
+        plan = plan_job(job, self._pods_in(namespace_of(job)), utc_now())
+        for pod in plan.delete:
+            self._delete(PODS, pod)
+        for _ in range(plan.create):
+            self._create(PODS, build_job_pod(job), "pods")
+        old = status_of(job)
+        counts = ("active", "succeeded", "failed", "ready")
+        if (
+            any(old.get(k, 0) != plan.status.get(k, 0) for k in counts)
+            or len(old.get("conditions") or []) != len(plan.status.get("conditions") or [])
+            or not old.get("startTime")
+        ):
+            self._patch_status(JOBS, job, plan.status)
+
+    def _schedule(self) -> None:
+        pods = self.informers["pods"].items()
+        pending = [p for p in pods if needs_scheduling(p)]
+        if not pending:
+            return
+        for decision in plan_bindings(pending, self.informers["nodes"].items(), pods):
+            pod = decision.pod
+            if decision.node is not None:
+                try:
+                    self.rest.bind(pod, decision.node)
+                except Exception as error:
+                    if not is_status(error, 404, 409):
+                        raise
+                    continue
+                bound = dict(pod, spec=dict(spec_of(pod), nodeName=decision.node))
+                self.informers["pods"].upsert(bound)
+                continue
+            self._mark_unschedulable(pod, decision.reason)
+
+    def _mark_unschedulable(self, pod: Obj, reason: str) -> None:
+        for cond in status_of(pod).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("message") == reason:
+                return
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": reason,
+            "lastTransitionTime": utc_now(),
+        }
+        self._patch_status(PODS, pod, {"phase": "Pending", "conditions": [condition]})

@@ -1,0 +1,98 @@
+"""Materialise configMap, secret and projected volumes the way the kubelet lays them out on disk.
+
+Each volume dir holds a timestamped data dir, a `..data` symlink to it and one symlink per key into
+`..data`. An update writes a fresh data dir and renames a new `..data` link over the old one, which is
+atomic: a reader sees the old or the new set of files, never a mix. Agents that watch their config
+file for changes get the same events they get on a real node.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuop_sim.workloads.objects import Obj
+
+DATA_LINK = "..data"
+
+
+def _files_for(volume: Mapping[str, Any], source: Mapping[str, str]) -> dict[str, bytes] | None:
+    """Relative path -> content for one configMap/secret source; None when it is missing."""
+    items = volume.get("items")
+    if not items:
+        return {key: value.encode() for key, value in source.items()}
+    files = {}
+    for item in items:
+        key = str(item.get("key") or "")
+        if key in source:
+            files[str(item.get("path") or key)] = source[key].encode()
+    return files
+
+
+def configmap_files(volume: Mapping[str, Any], configmap: Obj | None) -> dict[str, bytes] | None:
+    if configmap is None:
+        return None
+    source = {k: str(v) for k, v in (configmap.get("data") or {}).items()}
+    for key, value in (configmap.get("binaryData") or {}).items():
+        source[key] = base64.b64decode(value).decode(errors="replace")
+    return _files_for(volume, source)
+
+
+def secret_files(volume: Mapping[str, Any], secret: Obj | None) -> dict[str, bytes] | None:
+    if secret is None:
+        return None
+    source = {k: base64.b64decode(v).decode(errors="replace") for k, v in (secret.get("data") or {}).items()}
+    return _files_for(volume, source)
+
+
+def write_atomic_dir(target: Path, files: Mapping[str, bytes]) -> bool:
+    """Publish `files` under `target` with the `..data` swap; False when the content is unchanged."""
+    target.mkdir(parents=True, exist_ok=True)
+    link = target / DATA_LINK
+    if link.is_symlink() and _read_dir(link) == dict(files):
+        return False
+    stamp = f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{time.monotonic_ns()}"
+    data_dir = target / stamp
+    for rel, content in files.items():
+        path = data_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    data_dir.mkdir(exist_ok=True)
+    old = os.readlink(link) if link.is_symlink() else None
+    tmp = target / "..data_tmp"
+    if tmp.is_symlink():
+        tmp.unlink()
+    tmp.symlink_to(stamp)
+    tmp.replace(link)
+    for rel in {r.split("/", 1)[0] for r in files}:
+        entry = target / rel
+        if not entry.is_symlink():
+            if entry.exists():
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            entry.symlink_to(f"{DATA_LINK}/{rel}")
+    for entry in target.iterdir():
+        # Keys that disappeared lose their top-level link.
+        if entry.is_symlink() and entry.name not in (DATA_LINK, *(r.split("/", 1)[0] for r in files)):
+            entry.unlink()
+    if old and old != stamp:
+        shutil.rmtree(target / old, ignore_errors=True)
+    return True
+
+
+def _read_dir(root: Path) -> dict[str, bytes]:
+    out = {}
+    base = root.resolve()
+    for path in base.rglob("*"):
+        if path.is_file():
+            out[str(path.relative_to(base))] = path.read_bytes()
+    return out
+
+
+def service_account_files(namespace: str, token: str) -> dict[str, bytes]:
+    """What the projected kube-api-access volume holds; clients use the kubeconfig we inject instead."""
+    return {"token": token.encode(), "namespace": namespace.encode(), "ca.crt": b""}
