@@ -1,0 +1,91 @@
+"""`configManager`: GPU partitioning profiles, AMD compute/memory partitions and NVIDIA MIG layouts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from gpuop_common.config.base import ConfigModel, ImageSettings, LabelKey, LabelValue
+
+MigProfile = Annotated[str, Field(pattern=r"^([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\+(me|gfx))*$", max_length=32)]
+GpuIndex = Annotated[int, Field(ge=0, le=1023)]
+
+
+class AmdPartition(ConfigModel):
+    """AMD Instinct partition mode applied to the GPUs of a node."""
+
+    compute_partition: Literal["SPX", "DPX", "QPX", "CPX"] = Field(
+        "SPX", description="Compute partition: 1, 2, 4 or one-per-XCD partitions per GPU."
+    )
+    memory_partition: Literal["NPS1", "NPS2", "NPS4"] = Field(
+        "NPS1", description="Memory partition (NUMA nodes per socket)."
+    )
+    skipped_gpus: list[GpuIndex] = Field(
+        default_factory=list, max_length=1024, description="GPU indices left as they are."
+    )
+
+    @model_validator(mode="after")
+    def _nps4_needs_cpx(self) -> AmdPartition:
+        if self.memory_partition == "NPS4" and self.compute_partition != "CPX":
+            raise ValueError("memoryPartition NPS4 requires computePartition CPX")
+        return self
+
+
+class MigDeviceGroup(ConfigModel):
+    """MIG setting for a group of NVIDIA GPUs (one `mig-parted` entry)."""
+
+    devices: list[GpuIndex] = Field(
+        default_factory=list, max_length=1024, description="GPU indices; empty means all GPUs."
+    )
+    mig_enabled: bool = Field(False, description="Turn MIG mode on for these GPUs.")
+    mig_devices: dict[MigProfile, Annotated[int, Field(ge=1, le=7)]] = Field(
+        default_factory=dict, description="MIG instances per GPU by profile, e.g. {'1g.10gb': 7}."
+    )
+
+    @model_validator(mode="after")
+    def _devices_need_mig(self) -> MigDeviceGroup:
+        if self.mig_devices and not self.mig_enabled:
+            raise ValueError("migDevices is set but migEnabled is false")
+        return self
+
+
+class PartitionProfile(ConfigModel):
+    """A named partition layout and the nodes it applies to."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$", max_length=63, description="Profile name."
+    )
+    node_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        description="Nodes with all these labels get this profile; empty: only nodes naming it in a label.",
+    )
+    amd: AmdPartition | None = Field(None, description="AMD compute/memory partitioning.")
+    nvidia: list[MigDeviceGroup] | None = Field(None, max_length=64, description="NVIDIA MIG layout.")
+
+    @model_validator(mode="after")
+    def _has_a_layout(self) -> PartitionProfile:
+        if self.amd is None and self.nvidia is None:
+            raise ValueError(f"profile {self.name}: set amd, nvidia or both")
+        return self
+
+
+class ConfigManagerConfig(ImageSettings):
+    """The GPU partitioning agent."""
+
+    enable: bool = Field(False, description="Run the config manager on selected nodes.")
+    profiles: list[PartitionProfile] = Field(
+        default_factory=list, max_length=128, description="Partition profiles, first matching one wins."
+    )
+    profile_label: LabelKey = Field(
+        "gpuop.dev/gpu-config-profile",
+        description="Node label naming a profile explicitly; wins over nodeSelector matches.",
+    )
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ConfigManagerConfig:
+        names = [profile.name for profile in self.profiles]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"profiles: name {', '.join(duplicates)} used more than once")
+        return self

@@ -1,0 +1,110 @@
+"""`driver`: the GPU kernel driver the operator installs and upgrades (AMD `DriverSpec` names)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from gpuop_common.config.base import ConfigModel, ImageSettings
+
+# Integer count or percentage of nodes, as Kubernetes `maxUnavailable` fields are written.
+IntOrPercent = Annotated[
+    int | str,
+    Field(
+        json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": r"^(100|[1-9]?[0-9])%$|^[0-9]+$"}
+    ),
+]
+
+ModuleParameter = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+=[^\s]*$", max_length=256)]
+
+
+class DrainPolicy(ConfigModel):
+    """How GPU nodes are drained before a driver change."""
+
+    force: bool = Field(False, description="Delete pods not managed by a controller too.")
+    timeout_seconds: int = Field(300, ge=0, le=86400, description="Give up draining after this long.")
+    grace_period_seconds: int = Field(
+        -1, ge=-1, le=86400, description="Pod termination grace period; -1 uses each pod's own."
+    )
+    ignore_daemon_sets: bool = Field(True, description="Leave DaemonSet pods running during the drain.")
+    ignore_namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces whose pods are never evicted.", max_length=64
+    )
+
+
+class PodDeletionPolicy(ConfigModel):
+    """How only the pods using GPUs are deleted (instead of a full drain)."""
+
+    force: bool = Field(False, description="Delete pods not managed by a controller too.")
+    timeout_seconds: int = Field(300, ge=0, le=86400, description="Give up deleting pods after this long.")
+    grace_period_seconds: int = Field(
+        -1, ge=-1, le=86400, description="Pod termination grace period; -1 uses each pod's own."
+    )
+
+
+class DriverUpgradePolicy(ConfigModel):
+    """Rolling driver upgrades across the selected nodes."""
+
+    enable: bool = Field(True, description="Roll a changed driver version through the nodes automatically.")
+    max_parallel_upgrades: int = Field(
+        1, ge=0, le=10000, description="Nodes upgraded at the same time; 0 means no limit."
+    )
+    max_unavailable_nodes: IntOrPercent = Field(
+        "25%", description="Nodes (count or percentage, rounded up) allowed to be unavailable at once."
+    )
+    node_drain_policy: DrainPolicy = Field(
+        default_factory=DrainPolicy, description="Drain settings used before the upgrade."
+    )
+    pod_deletion_policy: PodDeletionPolicy = Field(
+        default_factory=PodDeletionPolicy, description="GPU pod deletion settings (drain wins if both)."
+    )
+    reboot_required: bool = Field(True, description="Reboot the node after installing the new driver.")
+
+    @field_validator("max_unavailable_nodes")
+    @classmethod
+    def _count_or_percent(cls, value: int | str) -> int | str:
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError("must be a non-negative count or a percentage like '25%'")
+            return value
+        if value.isdigit():
+            return int(value)
+        number = value.removesuffix("%")
+        if not value.endswith("%") or not number.isdigit() or int(number) > 100:
+            raise ValueError(f"{value!r} is neither a count nor a percentage between 0% and 100%")
+        return value
+
+
+class DriverConfig(ImageSettings):
+    """The out-of-tree GPU kernel driver; disabled means the node's pre-installed driver is used."""
+
+    enable: bool = Field(False, description="Install and manage the GPU driver on selected nodes.")
+    driver_type: Literal["container", "vf-passthrough", "pf-passthrough"] = Field(
+        "container", description="AMD driver flavour: host driver, MxGPU VFs or PF passthrough to VMs."
+    )
+    kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
+        "auto", description="NVIDIA kernel module flavour."
+    )
+    version: str = Field(
+        "",
+        pattern=r"^$|^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$",
+        description="Driver version to install; empty picks the default for the node's OS.",
+    )
+    blacklist: bool = Field(
+        False, description="Blacklist the in-box driver module on the host (takes effect after reboot)."
+    )
+    amdgpu_installer_repo_url: str = Field(
+        "https://repo.radeon.com",
+        alias="amdgpuInstallerRepoURL",
+        pattern=r"^https?://[^\s]+$",
+        description="Package repository root used to build the AMD driver.",
+    )
+    kernel_module_parameters: list[ModuleParameter] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Module parameters (`name=value`) passed to modprobe.",
+    )
+    upgrade_policy: DriverUpgradePolicy = Field(
+        default_factory=DriverUpgradePolicy, description="How driver upgrades roll through the nodes."
+    )
