@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuop_sim.workloads.objects import Obj, labels_of, name_of, spec_of, status_of
 from kubernetes.utils.quantity import parse_quantity as _untyped_parse_quantity
@@ -39,16 +39,11 @@ _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 _parse_quantity: Callable[[Any], Decimal] = _untyped_parse_quantity
 
 
-@dataclass(frozen=True)
-class Fit:
+class Fit(NamedTuple):
     """Outcome of a fit check: `reason` names the first failing filter, empty when it fits."""
 
     fits: bool
     reason: str = ""
-
-    def __iter__(self) -> Any:
-        # Lets callers write `ok, reason = pod_fits_node(...)`.
-        return iter((self.fits, self.reason))
 
 
 def toleration_matches(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
