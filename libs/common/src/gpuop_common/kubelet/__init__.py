@@ -15,6 +15,7 @@ from .sockets import (
     is_socket,
     remove_stale_socket,
     serve_unix,
+    socket_identity,
     unix_channel,
     unix_target,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "is_socket",
     "remove_stale_socket",
     "serve_unix",
+    "socket_identity",
     "unix_channel",
     "unix_target",
 ]

@@ -63,6 +63,18 @@ def is_socket(path: Path) -> bool:
         return False
 
 
+def socket_identity(path: Path | str) -> tuple[int, int] | None:
+    """(inode, ctime ns) of the socket at `path`, None when absent: tells a re-created socket apart.
+
+    The inode alone is not enough: file systems hand a freed inode straight to the next new file.
+    """
+    try:
+        info = Path(path).lstat()
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_ctime_ns) if stat.S_ISSOCK(info.st_mode) else None
+
+
 def unix_channel(path: Path | str, options: ChannelOptions = ()) -> grpc.Channel:
     """An insecure channel to a unix socket. Connects lazily, like every gRPC channel."""
     return grpc.insecure_channel(unix_target(path), options=list(options))
@@ -86,7 +98,7 @@ class UnixServer:
     path: Path
     server: grpc.Server
     _executor: ThreadPoolExecutor
-    _inode: int
+    _identity: tuple[int, int] | None
     _stopped: bool = field(default=False, init=False)
 
     def stop(self, grace: float | None = 0.5) -> None:
@@ -101,18 +113,12 @@ class UnixServer:
         self.server.stop(grace).wait()
         self._executor.shutdown(wait=True, cancel_futures=True)
         # Only remove the file this server created (gRPC normally already has).
-        try:
-            if is_socket(self.path) and self.path.lstat().st_ino == self._inode:
-                self.path.unlink()
-        except FileNotFoundError:
-            pass
+        if socket_identity(self.path) == self._identity:
+            self.path.unlink(missing_ok=True)
 
     def socket_exists(self) -> bool:
         """True while the socket this server listens on is still in place (the kubelet may delete it)."""
-        try:
-            return self.path.lstat().st_ino == self._inode
-        except FileNotFoundError:
-            return False
+        return socket_identity(self.path) == self._identity
 
 
 def remove_stale_socket(path: Path) -> None:
@@ -155,4 +161,6 @@ def serve_unix(
         executor.shutdown(wait=False)
         raise OSError(f"cannot listen on unix socket {socket_path}: {reason}")
     server.start()
-    return UnixServer(path=socket_path, server=server, _executor=executor, _inode=socket_path.lstat().st_ino)
+    return UnixServer(
+        path=socket_path, server=server, _executor=executor, _identity=socket_identity(socket_path)
+    )

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import grpc
 from gpuop_common.kubelet import deviceplugin as dp
-from gpuop_common.kubelet import dial_unix, is_socket
+from gpuop_common.kubelet import dial_unix, socket_identity
 from gpuop_common.kubelet import pluginregistration as reg
 
 from .devicemanager import THREAD_PREFIX, DeviceManager
@@ -83,7 +83,7 @@ class DraPluginHandler:
 
 @dataclass
 class _Retry:
-    inode: int
+    identity: SocketId
     next_attempt: float
     delay: float
     error: str
@@ -99,18 +99,18 @@ class WatcherConfig:
     max_backoff: float = 5.0
 
 
-def discover_sockets(registry_dir: Path) -> dict[Path, int]:
-    """Every unix socket under the directory (recursively) -> inode; dot-names are ignored."""
-    found: dict[Path, int] = {}
+SocketId = tuple[int, int]
+
+
+def discover_sockets(registry_dir: Path) -> dict[Path, SocketId]:
+    """Every unix socket under the directory (recursively) -> its identity; dot-names are ignored."""
+    found: dict[Path, SocketId] = {}
     for root, dirs, files in os.walk(registry_dir):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
-            path = Path(root) / name
-            if not name.startswith(".") and is_socket(path):
-                try:
-                    found[path] = path.lstat().st_ino
-                except FileNotFoundError:
-                    continue
+            identity = None if name.startswith(".") else socket_identity(Path(root) / name)
+            if identity is not None:
+                found[Path(root) / name] = identity
     return found
 
 
@@ -125,7 +125,7 @@ class PluginWatcher:
         self._handlers = dict(handlers)
         self._on_change = on_change
         self._lock = threading.Lock()
-        self._registered: dict[Path, tuple[int, reg.PluginInfo]] = {}
+        self._registered: dict[Path, tuple[SocketId, reg.PluginInfo]] = {}
         self._retries: dict[Path, _Retry] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -172,14 +172,14 @@ class PluginWatcher:
         sockets = discover_sockets(self._config.registry_dir) if self._config.registry_dir.is_dir() else {}
         changed = False
         with self._lock:
-            gone = [(p, i) for p, (inode, i) in self._registered.items() if sockets.get(p) != inode]
+            gone = [(p, i) for p, (identity, i) in self._registered.items() if sockets.get(p) != identity]
             for path, _ in gone:
                 del self._registered[path]
-            self._retries = {p: r for p, r in self._retries.items() if sockets.get(p) == r.inode}
+            self._retries = {p: r for p, r in self._retries.items() if sockets.get(p) == r.identity}
             now = time.monotonic()
             todo = [
-                (path, inode)
-                for path, inode in sockets.items()
+                (path, identity)
+                for path, identity in sockets.items()
                 if path not in self._registered
                 and (path not in self._retries or self._retries[path].next_attempt <= now)
             ]
@@ -187,13 +187,13 @@ class PluginWatcher:
             log.info("plugin socket %s removed: deregistering %s %s", path, info.type, info.name)
             self._handlers[info.type].deregister(info)
             changed = True
-        for path, inode in todo:
+        for path, identity in todo:
             if self._stop.is_set():
                 break
             found, error = self._handshake(path)
             with self._lock:
                 if found is not None:
-                    self._registered[path] = (inode, found)
+                    self._registered[path] = (identity, found)
                     self._retries.pop(path, None)
                 else:
                     previous = self._retries.get(path)
@@ -203,7 +203,7 @@ class PluginWatcher:
                         else self._config.interval
                     )
                     self._retries[path] = _Retry(
-                        inode, time.monotonic() + delay, delay, error or "unknown error"
+                        identity, time.monotonic() + delay, delay, error or "unknown error"
                     )
             changed = True
         if changed:
