@@ -1,0 +1,159 @@
+"""ConfigFileWatcher over a ConfigMap-style mount (..data symlink swap): reload, bad edits, missing file."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from gpuop_common.config import DevicePluginConfig
+from gpuop_common.configfile import ConfigFileError, ConfigFileWatcher, load_config
+from gpuop_common.shutdown import Stopping
+
+
+class ConfigMapMount:
+    """Writes files the way the kubelet updates a mounted ConfigMap: new dir, then swap `..data`."""
+
+    def __init__(self, root: Path, key: str = "config.yaml") -> None:
+        self.root = root
+        self.key = key
+        self.generation = 0
+        root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.key
+
+    def publish(self, content: str) -> None:
+        self.generation += 1
+        version = self.root / f"..2026_12_02_00_00_{self.generation:02d}"
+        version.mkdir()
+        (version / self.key).write_text(content)
+        tmp_link = self.root / "..data_tmp"
+        tmp_link.symlink_to(version.name)
+        os.replace(tmp_link, self.root / "..data")
+        if not self.path.is_symlink():
+            self.path.symlink_to(f"..data/{self.key}")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[DevicePluginConfig] = []
+        self.changed = threading.Event()
+
+    def __call__(self, config: DevicePluginConfig) -> None:
+        self.seen.append(config)
+        self.changed.set()
+
+
+def test_reload_on_symlink_swap(tmp_path: Path) -> None:
+    mount = ConfigMapMount(tmp_path / "config")
+    mount.publish("migStrategy: single\n")
+    recorder = Recorder()
+    watcher = ConfigFileWatcher(mount.path, DevicePluginConfig, recorder)
+
+    assert watcher.poll() is True
+    assert watcher.current is not None and watcher.current.mig_strategy == "single"
+    assert watcher.poll() is False  # unchanged content: no callback
+
+    mount.publish("migStrategy: mixed\ncdi: true\n")
+    assert watcher.poll() is True
+    assert [c.mig_strategy for c in recorder.seen] == ["single", "mixed"]
+    assert watcher.current.cdi is True
+    assert watcher.error is None
+
+
+def test_same_config_in_new_bytes_does_not_fire(tmp_path: Path) -> None:
+    mount = ConfigMapMount(tmp_path / "config")
+    mount.publish("migStrategy: single\n")
+    recorder = Recorder()
+    watcher = ConfigFileWatcher(mount.path, DevicePluginConfig, recorder)
+    watcher.poll()
+    mount.publish("# reformatted\nmig_strategy: single\n")
+    assert watcher.poll() is False
+    assert len(recorder.seen) == 1
+
+
+def test_bad_edit_keeps_last_good_and_names_file_and_field(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mount = ConfigMapMount(tmp_path / "config")
+    mount.publish("migStrategy: single\n")
+    recorder = Recorder()
+    watcher = ConfigFileWatcher(mount.path, DevicePluginConfig, recorder)
+    watcher.poll()
+
+    mount.publish("migStrategy: sometimes\n")
+    with caplog.at_level(logging.ERROR, logger="gpuop_common.configfile"):
+        assert watcher.poll() is False
+        assert watcher.poll() is False  # the same bad content is reported once, not every poll
+    assert watcher.current is not None and watcher.current.mig_strategy == "single"
+    assert watcher.error is not None
+    assert str(mount.path) in watcher.error
+    assert "migStrategy" in watcher.error
+    errors = [r for r in caplog.records if r.name == "gpuop_common.configfile"]
+    assert len(errors) == 1
+    assert "migStrategy" in errors[0].error  # type: ignore[attr-defined]
+
+    mount.publish("migStrategy: [unclosed\n")
+    watcher.poll()
+    assert "not valid YAML" in (watcher.error or "")
+
+    mount.publish("migStrategy: none\n")
+    assert watcher.poll() is True
+    assert watcher.error is None
+    assert [c.mig_strategy for c in recorder.seen] == ["single", "none"]
+
+
+def test_missing_file_uses_default_and_reports(tmp_path: Path) -> None:
+    default = DevicePluginConfig()
+    watcher = ConfigFileWatcher(tmp_path / "absent.yaml", DevicePluginConfig, Recorder(), default=default)
+    assert watcher.poll() is False
+    assert watcher.current == default
+    assert watcher.error is not None and "missing" in watcher.error
+
+
+def test_handler_failure_does_not_stop_the_watcher(tmp_path: Path) -> None:
+    mount = ConfigMapMount(tmp_path / "config")
+    mount.publish("cdi: true\n")
+
+    def broken(_config: DevicePluginConfig) -> None:
+        raise RuntimeError("handler bug")
+
+    watcher = ConfigFileWatcher(mount.path, DevicePluginConfig, broken)
+    assert watcher.poll() is True
+    assert watcher.current is not None and watcher.current.cdi is True
+
+
+def test_background_thread_picks_up_changes_and_stops(tmp_path: Path) -> None:
+    mount = ConfigMapMount(tmp_path / "config")
+    mount.publish("cdi: false\n")
+    recorder = Recorder()
+    stopping = Stopping()
+    watcher = ConfigFileWatcher(mount.path, DevicePluginConfig, recorder, interval=0.02)
+    thread = watcher.start_in_thread(stopping)
+    try:
+        assert recorder.changed.wait(5)
+        recorder.changed.clear()
+        mount.publish("cdi: true\n")
+        assert recorder.changed.wait(5)
+        assert recorder.seen[-1].cdi is True
+    finally:
+        stopping.set()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_load_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigFileError, match="absent.json"):
+        load_config(tmp_path / "absent.json", DevicePluginConfig)
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- a\n")
+    with pytest.raises(ConfigFileError, match="mapping"):
+        load_config(listing, DevicePluginConfig)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"health": {"pollIntervalSeconds": 0}}')
+    with pytest.raises(ConfigFileError, match=r"health\.pollIntervalSeconds"):
+        load_config(bad, DevicePluginConfig)
