@@ -147,7 +147,7 @@ def test_background_thread_picks_up_changes_and_stops(tmp_path: Path) -> None:
 
 
 def test_load_config_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigFileError, match="absent.json"):
+    with pytest.raises(ConfigFileError, match=r"absent\.json"):
         load_config(tmp_path / "absent.json", DevicePluginConfig)
     listing = tmp_path / "list.yaml"
     listing.write_text("- a\n")
