@@ -170,9 +170,8 @@ class PluginWatcher:
 
     def scan_once(self) -> None:
         sockets = discover_sockets(self._config.registry_dir) if self._config.registry_dir.is_dir() else {}
-        changed = False
         with self._lock:
-            gone = [(p, i) for p, (identity, i) in self._registered.items() if sockets.get(p) != identity]
+            gone = [(p, i) for p, (ident, i) in self._registered.items() if sockets.get(p) != ident]
             for path, _ in gone:
                 del self._registered[path]
             self._retries = {p: r for p, r in self._retries.items() if sockets.get(p) == r.identity}
@@ -186,59 +185,59 @@ class PluginWatcher:
         for path, info in gone:
             log.info("plugin socket %s removed: deregistering %s %s", path, info.type, info.name)
             self._handlers[info.type].deregister(info)
-            changed = True
         for path, identity in todo:
             if self._stop.is_set():
                 break
-            found, error = self._handshake(path)
-            with self._lock:
-                if found is not None:
-                    self._registered[path] = (identity, found)
-                    self._retries.pop(path, None)
-                else:
-                    previous = self._retries.get(path)
-                    delay = (
-                        min(self._config.max_backoff, previous.delay * 2)
-                        if previous
-                        else self._config.interval
-                    )
-                    self._retries[path] = _Retry(
-                        identity, time.monotonic() + delay, delay, error or "unknown error"
-                    )
-            changed = True
-        if changed:
+            self._handshake(path, identity)
+        if gone or todo:
             self._on_change()
 
-    def _handshake(self, path: Path) -> tuple[reg.PluginInfo | None, str | None]:
+    def _record_failure(self, path: Path, identity: SocketId, error: str) -> None:
+        log.info("plugin at %s not registered: %s", path, error)
+        with self._lock:
+            self._registered.pop(path, None)
+            previous = self._retries.get(path)
+            delay = min(self._config.max_backoff, previous.delay * 2) if previous else self._config.interval
+            self._retries[path] = _Retry(identity, time.monotonic() + delay, delay, error)
+
+    def _handshake(self, path: Path, identity: SocketId) -> None:
+        """Register the plugin behind `path`, or record why not (retried with backoff)."""
         try:
             channel = dial_unix(path, self._config.dial_timeout)
         except (ConnectionError, ValueError) as exc:
-            return None, str(exc)
+            self._record_failure(path, identity, str(exc))
+            return
         try:
             stub = reg.RegistrationStub(channel)
             try:
                 info = stub.GetInfo(reg.InfoRequest(), timeout=self._config.get_info_timeout)
             except grpc.RpcError as exc:
-                return None, f"GetInfo on {path} failed: {exc}"
+                self._record_failure(path, identity, f"GetInfo on {path} failed: {exc}")
+                return
             handler = self._handlers.get(info.type)
             error: str | None
             if handler is None:
                 error = f"no handler registered for plugin type: {info.type!r} at socket {path}"
             else:
                 error = handler.validate(info) or handler.register(info)
+            # Recorded before the plugin hears the outcome, so what it is told already holds.
+            if error is None:
+                with self._lock:
+                    self._registered[path] = (identity, info)
+                    self._retries.pop(path, None)
+            else:
+                self._record_failure(path, identity, error)
             status = reg.RegistrationStatus(plugin_registered=error is None, error=error or "")
             try:
                 stub.NotifyRegistrationStatus(status, timeout=self._config.notify_timeout)
             except grpc.RpcError as exc:
                 if error is None and handler is not None:
                     handler.deregister(info)
-                    error = f"NotifyRegistrationStatus on {path} failed: {exc}"
-            if error is not None:
-                log.info("plugin at %s not registered: %s", path, error)
-                return None, error
-            log.info(
-                "registered %s plugin %s from %s (endpoint %s)", info.type, info.name, path, info.endpoint
-            )
-            return info, None
+                    self._record_failure(path, identity, f"NotifyRegistrationStatus on {path} failed: {exc}")
+                return
+            if error is None:
+                log.info(
+                    "registered %s plugin %s from %s (endpoint %s)", info.type, info.name, path, info.endpoint
+                )
         finally:
             channel.close()
