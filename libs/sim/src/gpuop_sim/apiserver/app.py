@@ -1,0 +1,317 @@
+"""HTTP layer: routes kube-apiserver paths onto ApiCore, with faults, stats and content types."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from gpuop_sim.apiserver import discovery, errors, ssa, tables
+from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
+from gpuop_sim.apiserver.decode import decode_body, field_validation
+from gpuop_sim.apiserver.errors import ApiError, cause
+from gpuop_sim.apiserver.faults import Faults, RequestStats, reason_for
+from gpuop_sim.apiserver.resources import ResourceType
+from gpuop_sim.apiserver.store import dumps
+from gpuop_sim.apiserver.subresources import bind_pod, evict_pod, finalize_namespace
+from gpuop_sim.apiserver.watch import WatchHub
+
+log = logging.getLogger(__name__)
+JsonObj = dict[str, Any]
+PATCH_TYPES = {
+    "application/json-patch+json": "json",
+    "application/merge-patch+json": "merge",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+    "application/apply-patch+cbor": "apply",
+}
+
+
+@dataclass
+class Target:
+    rt: ResourceType
+    namespace: str | None  # None: all namespaces (collections only)
+    name: str
+    subresource: str
+
+
+class Router:
+    def __init__(self, core: ApiCore, hub: WatchHub, faults: Faults, stats: RequestStats) -> None:
+        self.core = core
+        self.hub = hub
+        self.faults = faults
+        self.stats = stats
+        self.address = "127.0.0.1:0"
+
+    # ---------------------------------------------------------------- entry
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._handle(request)
+        except ApiError as exc:
+            return error_response(exc)
+        except Exception:  # a simulator bug must answer 500, not kill the connection
+            log.exception("internal error serving %s %s", request.method, request.path_qs)
+            return error_response(errors.internal("internal error in the simulated API server"))
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        query = dict(request.query)
+        if path in ("/readyz", "/healthz", "/livez"):
+            return web.Response(text="ok", content_type="text/plain")
+        if path == "/version":
+            return json_response(200, discovery.VERSION_INFO)
+        if path.startswith("/openapi"):
+            return json_response(
+                200, {"paths": {}} if path == "/openapi/v3" else {"swagger": "2.0", "paths": {}}
+            )
+        accept = request.headers.get("Accept", "")
+        aggregated = "as=APIGroupDiscoveryList" in accept
+        if path == "/api":
+            if aggregated:
+                return json_response(
+                    200, discovery.aggregated(self.core.registry, core=True), aggregated_ct()
+                )
+            return json_response(200, discovery.api_versions(self.address))
+        if path == "/apis":
+            if aggregated:
+                return json_response(
+                    200, discovery.aggregated(self.core.registry, core=False), aggregated_ct()
+                )
+            return json_response(200, discovery.api_group_list(self.core.registry))
+        parts = [p for p in path.split("/") if p]
+        if parts[0] == "api" and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 2:
+            group = parts[1]
+            if len(parts) == 2:
+                versions = dict(self.core.registry.groups()).get(group)
+                if not versions:
+                    raise errors.page_not_found()
+                return json_response(200, discovery.api_group(group, versions))
+            version, rest = parts[2], parts[3:]
+        else:
+            raise errors.page_not_found()
+        if not rest:
+            doc = discovery.resource_list(self.core.registry, group, version)
+            if doc is None:
+                raise errors.page_not_found()
+            return json_response(200, doc)
+        target = self._target(group, version, rest)
+        return await self._dispatch(request, target, query)
+
+    def _target(self, group: str, version: str, rest: list[str]) -> Target:
+        registry = self.core.registry
+        namespace: str | None = None
+        if (
+            rest[0] == "namespaces"
+            and len(rest) >= 3
+            and not (len(rest) == 3 and rest[2] in ("status", "finalize"))
+        ):
+            namespace, rest = rest[1], rest[2:]
+        rt = registry.get(group, version, rest[0])
+        if rt is None or len(rest) > 3:
+            if registry.resources_in(group, version):
+                raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+            raise errors.page_not_found()
+        if rt.namespaced and namespace is None and len(rest) > 1:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and rt.subresource(sub) is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        return Target(rt, namespace if rt.namespaced else "", name, sub)
+
+    # ---------------------------------------------------------------- dispatch
+    async def _dispatch(self, request: web.Request, t: Target, query: dict[str, str]) -> web.StreamResponse:
+        method = request.method
+        is_watch = query.get("watch") in ("true", "1") and not t.name
+        verb = _verb(method, bool(t.name), is_watch)
+        if verb is None:
+            raise errors.method_not_allowed()
+        injected = self.faults.consult(verb, t.rt.plural, t.name, t.subresource)
+        self.stats.record(verb, t.rt.plural)
+        if injected.delay:
+            await asyncio.sleep(injected.delay)
+        if injected.hang:
+            await asyncio.sleep(3600)
+        if injected.code:
+            raise ApiError(
+                injected.code, reason_for(injected.code), f"injected failure ({verb} {t.rt.plural})", {}
+            )
+        core, rt = self.core, t.rt
+        ns = t.namespace
+        if verb == "watch":
+            return await self.hub.serve(request, rt, ns, query, core.selector(rt, query))
+        if verb == "list":
+            if (
+                query.get("resourceVersion")
+                and query.get("resourceVersionMatch", "NotOlderThan") == "NotOlderThan"
+            ):
+                await self._wait_for_rv(
+                    int(query["resourceVersion"]) if query["resourceVersion"].isdigit() else 0
+                )
+            items, meta = core.list(rt, ns, query)
+            if tables.wants_table(request.headers.get("Accept", "")):
+                return json_response(200, tables.table(rt, [s.obj for s in items], meta))
+            return raw_response(
+                200, _list_bytes(rt, [s.list_item if rt.custom is None else s.raw for s in items], meta)
+            )
+        if verb == "get":
+            stored = core.get(rt, ns or "", t.name)
+            if tables.wants_table(request.headers.get("Accept", "")):
+                return json_response(
+                    200,
+                    tables.table(
+                        rt, [stored.obj], {"resourceVersion": stored.obj["metadata"]["resourceVersion"]}
+                    ),
+                )
+            return raw_response(200, stored.raw)
+        raw = await request.read()
+        ctype = request.headers.get("Content-Type", "")
+        dry_run = query.get("dryRun") == "All"
+        manager = query.get("fieldManager") or request.headers.get("User-Agent", "unknown").split("/")[0]
+        if verb in ("delete", "deletecollection"):
+            options = _delete_options(raw, query, ctype, rt)
+            if verb == "delete":
+                return result_response(core.delete(rt, ns or "", t.name, options, dry_run))
+            return result_response(core.delete_collection(rt, ns, query, options, dry_run))
+        if verb == "create" and t.subresource:
+            body = decode_body(raw, ctype, rt.kind).value
+            if t.subresource == "binding":
+                return result_response(bind_pod(core, ns or "", t.name, body))
+            if t.subresource == "eviction":
+                return result_response(evict_pod(core, ns or "", t.name, body))
+            raise errors.method_not_allowed()
+        opts_kind = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}[verb]
+        opts = WriteOptions(dry_run, field_validation(query, opts_kind), manager)
+        if verb == "patch":
+            ptype = PATCH_TYPES.get(ctype.split(";")[0].strip().lower())
+            if ptype is None:
+                raise errors.unsupported_media("415: Unsupported Media Type", {})
+            if ptype == "strategic" and rt.custom is not None:
+                raise errors.unsupported_media(
+                    "the body of the request was in an unknown format - accepted media types include: "
+                    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+                )
+            if ptype == "apply":
+                if not query.get("fieldManager"):
+                    raise errors.invalid_options(
+                        "PatchOptions",
+                        [
+                            cause(
+                                "FieldValueRequired",
+                                "Required value: is required for apply patch",
+                                "fieldManager",
+                            )
+                        ],
+                    )
+                body = decode_body(raw, "application/apply-patch+yaml", rt.kind).value
+                force = query.get("force") == "true"
+                return result_response(
+                    ssa.apply(core, rt, ns or "", t.name, body, opts, force=force, subresource=t.subresource)
+                )
+            body = decode_body(raw, "application/json", rt.kind).value
+            return result_response(
+                core.patch(rt, ns or "", t.name, ptype, body, opts, subresource=t.subresource)
+            )
+        decoded = decode_body(raw, ctype, rt.kind)
+        if decoded.duplicates:
+            dup = ", ".join(f'duplicate field "{d}"' for d in decoded.duplicates)
+            if opts.field_validation == "Strict":
+                raise errors.bad_request(
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict decoding error: {dup}'
+                )
+            if opts.field_validation == "Warn":
+                opts.warnings.append(dup)
+        if verb == "create":
+            return result_response(core.create(rt, ns or "", decoded.value, opts))
+        if rt.kind == "Namespace" and t.subresource == "finalize":
+            return result_response(finalize_namespace(core, t.name, decoded.value))
+        return result_response(
+            core.update(rt, ns or "", t.name, decoded.value, opts, subresource=t.subresource)
+        )
+
+    async def _wait_for_rv(self, rv: int) -> None:
+        """A list at a future rv waits briefly (NotOlderThan), then times out like the real server."""
+        if rv <= self.core.store.rv:
+            return
+        for _ in range(10):
+            await asyncio.sleep(0.05)
+            if rv <= self.core.store.rv:
+                return
+        raise ApiError(
+            504,
+            "Timeout",
+            f"Timeout: Too large resource version: {rv}, current: {self.core.store.rv}",
+            {
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            },
+        )
+
+
+def _verb(method: str, named: bool, watch: bool) -> str | None:
+    if method == "GET":
+        return "watch" if watch else ("get" if named else "list")
+    if method == "POST":
+        return "create"
+    if method == "PUT" and named:
+        return "update"
+    if method == "PATCH" and named:
+        return "patch"
+    if method == "DELETE":
+        return "delete" if named else "deletecollection"
+    return None
+
+
+def _delete_options(raw: bytes, query: dict[str, str], ctype: str, rt: ResourceType) -> JsonObj:
+    options: JsonObj = {}
+    if raw.strip():
+        value = decode_body(raw, ctype, "DeleteOptions").value
+        if isinstance(value, dict):
+            options = value
+    if "propagationPolicy" in query:
+        options["propagationPolicy"] = query["propagationPolicy"]
+    if "gracePeriodSeconds" in query:
+        try:
+            options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+        except ValueError as exc:
+            raise errors.bad_request(f"invalid gracePeriodSeconds: {query['gracePeriodSeconds']}") from exc
+    if options.get("orphanDependents") is True and "propagationPolicy" not in options:
+        options["propagationPolicy"] = "Orphan"
+    _ = rt
+    return options
+
+
+def _list_bytes(rt: ResourceType, items: list[bytes], meta: JsonObj) -> bytes:
+    head = dumps({"kind": rt.kind + "List", "apiVersion": rt.api_version, "metadata": meta})
+    return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
+
+
+def aggregated_ct() -> str:
+    return "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def json_response(code: int, body: Any, content_type: str = "application/json") -> web.Response:
+    return web.Response(status=code, body=dumps(body), headers={"Content-Type": content_type})
+
+
+def raw_response(code: int, body: bytes, warnings: list[str] | None = None) -> web.Response:
+    resp = web.Response(status=code, body=body, headers={"Content-Type": "application/json"})
+    for w in warnings or []:
+        resp.headers.add("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return resp
+
+
+def result_response(result: Result) -> web.Response:
+    body = result.body if isinstance(result.body, bytes) else dumps(result.body)
+    return raw_response(result.code, body, result.warnings)
+
+
+def error_response(exc: ApiError) -> web.Response:
+    if exc.text is not None:
+        return web.Response(status=exc.code, text=exc.text, content_type="text/plain")
+    return json_response(exc.code, exc.status())

@@ -1,0 +1,242 @@
+"""SimApiServer: the in-memory kube-apiserver on 127.0.0.1, run in a thread or in the foreground."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import threading
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from gpuop_sim.apiserver import controllers as ctrl
+from gpuop_sim.apiserver.app import Router
+from gpuop_sim.apiserver.core import ApiCore, WriteOptions
+from gpuop_sim.apiserver.establish import CrdEstablisher
+from gpuop_sim.apiserver.faults import Faults, RequestStats
+from gpuop_sim.apiserver.resources import ResourceRegistry
+from gpuop_sim.apiserver.store import Store
+from gpuop_sim.apiserver.watch import WatchHub
+
+JsonObj = dict[str, Any]
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "default", "kube-node-lease")
+
+
+class SimApiServer:
+    """An in-memory Kubernetes API server speaking JSON over plain HTTP.
+
+    `controllers` switches on controller stand-ins (garbage collection, namespace deletion,
+    default ServiceAccounts, kube-root-ca.crt): True for all, False for a bare kube-apiserver,
+    or an iterable of names from `controllers.ALL_CONTROLLERS`."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        controllers: bool | Iterable[str] = True,
+        *,
+        history_limit: int = 10_000,
+        bookmark_interval: float = 2.0,
+    ) -> None:
+        self.host = host
+        self._requested_port = port
+        self._enabled = ctrl.resolve(controllers)
+        self.registry = ResourceRegistry()
+        self.store = Store(history_limit=history_limit)
+        self.core = ApiCore(self.registry, self.store)
+        self.faults = Faults()
+        self._stats = RequestStats()
+        self.hub = WatchHub(self.store, bookmark_interval)
+        self.faults.on_drop(self._drop_watches)
+        self.router = Router(self.core, self.hub, self.faults, self._stats)
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._stopped: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> SimApiServer:
+        """Serve from a daemon thread; returns once the socket is listening."""
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._thread_main, name="sim-apiserver", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("simulated API server did not start within 30 s")
+        if self._error is not None:
+            raise RuntimeError(f"simulated API server failed to start: {self._error}") from self._error
+        return self
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self.serve())
+        except BaseException as exc:  # surfaced to start() and never lost silently
+            self._error = exc
+            self._ready.set()
+
+    async def serve(self) -> None:
+        """Run on the current event loop until stop() (or SIGTERM via run_forever)."""
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        CrdEstablisher(self.core, self._loop)
+        ctrl.Controllers(self.core, self._enabled, self._loop)
+        self._bootstrap()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.router.handle)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self._requested_port, reuse_address=True)
+        await site.start()
+        server = site._server
+        assert server is not None
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self._requested_port
+        self.router.address = f"{self.host}:{self.port}"
+        self._ready.set()
+        try:
+            await self._stopped.wait()
+        finally:
+            self.hub.drop()
+            await self._runner.cleanup()
+
+    def run_forever(self) -> None:
+        """Serve in the foreground until SIGTERM/SIGINT (for the `gpuop-sim` CLI)."""
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            task = asyncio.ensure_future(self.serve())
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._request_stop)
+            await task
+
+        asyncio.run(main())
+
+    def _request_stop(self) -> None:
+        if self._stopped is not None:
+            self._stopped.set()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopped is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stopped.set)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def __enter__(self) -> SimApiServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- what a fresh cluster holds
+    def _bootstrap(self) -> None:
+        ns_rt = self.registry.get("", "v1", "namespaces")
+        pc_rt = self.registry.get("scheduling.k8s.io", "v1", "priorityclasses")
+        svc_rt = self.registry.get("", "v1", "services")
+        assert ns_rt and pc_rt and svc_rt
+        for rt in self.registry.all():
+            self.store.ensure_table(rt.key)
+        opts = WriteOptions(field_manager="kube-apiserver")
+        for name in SYSTEM_NAMESPACES:
+            self.core.create(
+                ns_rt, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, opts
+            )
+        for name, value in (("system-node-critical", 2000001000), ("system-cluster-critical", 2000000000)):
+            self.core.create(
+                pc_rt,
+                "",
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": name},
+                    "value": value,
+                    "description": "Used for system critical pods that must not be moved from their current node.",
+                },
+                opts,
+            )
+        self.core.create(
+            svc_rt,
+            "default",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": "kubernetes",
+                    "labels": {"component": "apiserver", "provider": "kubernetes"},
+                },
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 6443}]},
+            },
+            opts,
+        )
+        # Built-in watch windows start after the bootstrap writes, like a fresh watch cache.
+        for rt in self.registry.all():
+            self.store.ensure_table(rt.key)
+
+    # ---------------------------------------------------------------- test helpers
+    def _drop_watches(self, plural: str | None) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.hub.drop, plural)
+
+    def stats(self) -> dict[tuple[str, str], int]:
+        """Served requests by (verb, resource plural), e.g. {("patch", "nodes"): 1000}."""
+        return self._stats.snapshot()
+
+    def reset_stats(self) -> None:
+        self._stats.reset()
+
+    def compact(self) -> None:
+        """Forget the event history now, so older resourceVersions answer 410 Gone."""
+        self.call(self.store.compact)
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run `fn(*args)` on the server's loop thread and return its result (thread-safe)."""
+        if self._loop is None:
+            return fn(*args)
+
+        async def run() -> Any:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
+
+    def write_kubeconfig(self, path: str | Path, *, namespace: str = "default") -> Path:
+        """A kubeconfig for kubectl and `kubernetes.config.load_kube_config` (no auth, plain HTTP)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "gpuop-sim", "cluster": {"server": self.url}}],
+            "users": [{"name": "gpuop-sim", "user": {"token": "gpuop-sim-" + uuid.uuid4().hex[:8]}}],
+            "contexts": [
+                {
+                    "name": "gpuop-sim",
+                    "context": {"cluster": "gpuop-sim", "user": "gpuop-sim", "namespace": namespace},
+                }
+            ],
+            "current-context": "gpuop-sim",
+            "preferences": {},
+        }
+        target.write_text(yaml.safe_dump(config, sort_keys=False))
+        return target
+
+
+def load_json(path: str | Path) -> JsonObj:
+    data: JsonObj = json.loads(Path(path).read_text())
+    return data

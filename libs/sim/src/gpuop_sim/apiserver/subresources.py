@@ -1,0 +1,111 @@
+"""Pod binding and eviction, and Namespace finalize: the action subresources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuop_sim.apiserver import errors
+from gpuop_sim.apiserver.core import ApiCore, Result
+from gpuop_sim.apiserver.errors import ApiError
+from gpuop_sim.apiserver.resources import ResourceType
+from gpuop_sim.apiserver.selectors import Requirement, labels_match
+
+JsonObj = dict[str, Any]
+_SUCCESS_201: JsonObj = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Success",
+    "code": 201,
+}
+
+
+def _rt(core: ApiCore, plural: str, group: str = "", version: str = "v1") -> ResourceType:
+    rt = core.registry.get(group, version, plural)
+    assert rt is not None
+    return rt
+
+
+def bind_pod(core: ApiCore, ns: str, name: str, body: Any) -> Result:
+    """POST pods/NAME/binding: what the scheduler does; sets spec.nodeName once."""
+    pods = _rt(core, "pods")
+    current = core.get(pods, ns, name)
+    target = (body or {}).get("target") or {}
+    node = target.get("name", "")
+    assigned = (current.obj.get("spec") or {}).get("nodeName")
+    if assigned:
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{assigned}"',
+            {"name": name, "kind": "pods/binding"},
+        )
+    pod = current.copy()
+    pod["spec"]["nodeName"] = node
+    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+    conditions.append(
+        {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": _now()}
+    )
+    # Binding bypasses the main-resource rules (spec.nodeName is otherwise immutable, status separate).
+    pod["metadata"]["resourceVersion"] = str(core.store.next_rv())
+    core.store.put(pods.key, pod, created=False)
+    return Result(201, dict(_SUCCESS_201))
+
+
+def _now() -> str:
+    from gpuop_sim.apiserver.core import now_rfc3339
+
+    return now_rfc3339()
+
+
+def evict_pod(core: ApiCore, ns: str, name: str, body: Any) -> Result:
+    """POST pods/NAME/eviction: delete unless a PodDisruptionBudget forbids it."""
+    pods = _rt(core, "pods")
+    current = core.get(pods, ns, name)
+    pod = current.obj
+    if (pod.get("status") or {}).get("phase") == "Running":
+        pdbs = _rt(core, "poddisruptionbudgets", "policy")
+        for stored in core.store.items(pdbs.key, ns):
+            selector = ((stored.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            reqs = [Requirement(k, "=", (v,)) for k, v in selector.items()]
+            if not labels_match(reqs, pod):
+                continue
+            status = stored.obj.get("status") or {}
+            pdb_name = stored.obj["metadata"]["name"]
+            if status.get("observedGeneration") is None:
+                raise _too_many(f"The disruption budget {pdb_name} is still being processed by the server.")
+            if int(status.get("disruptionsAllowed", 0)) < 1:
+                raise _too_many(
+                    f"The disruption budget {pdb_name} needs {status.get('desiredHealthy', 0)} healthy pods and has "
+                    f"{status.get('currentHealthy', 0)} currently"
+                )
+    options = ((body or {}).get("deleteOptions") or {}) if isinstance(body, dict) else {}
+    core.delete(pods, ns, name, options)
+    return Result(201, dict(_SUCCESS_201))
+
+
+def _too_many(message: str) -> ApiError:
+    return ApiError(
+        429,
+        "TooManyRequests",
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        {"causes": [{"reason": "DisruptionBudget", "message": message}], "retryAfterSeconds": 10},
+    )
+
+
+def finalize_namespace(core: ApiCore, name: str, body: Any) -> Result:
+    """PUT namespaces/NAME/finalize: replace spec.finalizers; the delete completes when empty."""
+    namespaces = _rt(core, "namespaces")
+    current = core.get(namespaces, "", name)
+    if not isinstance(body, dict):
+        raise errors.bad_request("the body of a finalize request must be a Namespace")
+    obj = current.copy()
+    obj.setdefault("spec", {})["finalizers"] = list((body.get("spec") or {}).get("finalizers") or [])
+    meta = obj["metadata"]
+    if "deletionTimestamp" in meta and not obj["spec"]["finalizers"] and not meta.get("finalizers"):
+        meta["resourceVersion"] = str(core.store.next_rv())
+        stored = core.store.remove(namespaces.key, obj)
+        return Result(200, stored.raw)
+    meta["resourceVersion"] = str(core.store.next_rv())
+    stored = core.store.put(namespaces.key, obj, created=False)
+    return Result(200, stored.raw)

@@ -1,0 +1,99 @@
+"""`as=Table` answers (what `kubectl get` asks for): printer columns for CRs, Name/Age otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuop_sim.apiserver.crd import column_value
+from gpuop_sim.apiserver.resources import ResourceType
+
+JsonObj = dict[str, Any]
+
+NAME_COLUMN: JsonObj = {
+    "name": "Name",
+    "type": "string",
+    "format": "name",
+    "description": "Name must be unique within a namespace. Is required when creating resources, although some "
+    "resources may allow a client to request the generation of an appropriate name automatically. Name is "
+    "primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: "
+    "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+    "priority": 0,
+}
+AGE_COLUMN: JsonObj = {
+    "name": "Age",
+    "type": "date",
+    "format": "",
+    "description": "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    "priority": 0,
+}
+
+
+def wants_table(accept: str) -> bool:
+    return "as=Table" in accept
+
+
+def _partial(obj: JsonObj) -> JsonObj:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+
+
+def table(rt: ResourceType, objects: list[JsonObj], list_meta: JsonObj) -> JsonObj:
+    columns: list[JsonObj] = [NAME_COLUMN]
+    paths: list[str] = []
+    if rt.custom is not None and rt.custom.printer_columns:
+        for col in rt.custom.printer_columns:
+            columns.append(
+                {
+                    "name": col["name"],
+                    "type": col.get("type", "string"),
+                    "format": col.get("format", ""),
+                    "description": col.get("description")
+                    or f"Custom resource definition column (in JSONPath format): {col['jsonPath']}",
+                    "priority": col.get("priority", 0),
+                }
+            )
+            paths.append(col["jsonPath"])
+    else:
+        columns.append(AGE_COLUMN)
+        paths.append(".metadata.creationTimestamp")
+    rows = [
+        {
+            "cells": [
+                obj["metadata"]["name"],
+                *(_cell(obj, p, c) for p, c in zip(paths, columns[1:], strict=True)),
+            ],
+            "object": _partial(obj),
+        }
+        for obj in objects
+    ]
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": columns,
+        "rows": rows,
+    }
+
+
+def _cell(obj: JsonObj, path: str, column: JsonObj) -> Any:
+    value = column_value(obj, path)
+    if column["type"] == "date" and isinstance(value, str):
+        return _age(value)
+    return value
+
+
+def _age(timestamp: str) -> str:
+    from datetime import UTC, datetime
+
+    try:
+        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return "<unknown>"
+    seconds = int((datetime.now(UTC) - then).total_seconds())
+    if seconds < 120:
+        return f"{max(seconds, 0)}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
