@@ -201,6 +201,12 @@ class DeviceManager(dp.RegistrationServicer):
             endpoint.thread.join(timeout=self._config.rpc_timeout)
         endpoint.channel.close()
 
+    def reopen(self) -> None:
+        """Accept registrations again after a full stop (a kubelet started anew)."""
+        with self._lock:
+            self._closed = False
+            self._devices = {res: {} for res in self._devices}
+
     def drop_all(self, keep_resources: bool) -> None:
         """Cancel every stream. With keep_resources (a kubelet restart) resources stay, empty."""
         with self._lock:

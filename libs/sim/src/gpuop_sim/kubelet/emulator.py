@@ -132,6 +132,7 @@ class KubeletEmulator:
         for directory in (self.socket_dir, self.pod_resources_socket.parent, self.plugins_registry):
             directory.mkdir(parents=True, exist_ok=True, mode=0o750)
         self._wipe_sockets()
+        self._devices.reopen()
         self._write_checkpoint()
         limiter = TokenBucket(self._limits[0], self._limits[1]) if self._limits[0] else None
         lister = PodResourcesServer(self._assignments, self._devices.snapshot, limiter)
