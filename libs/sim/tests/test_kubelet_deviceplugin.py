@@ -398,7 +398,12 @@ def test_pod_resources_reflect_assignments(
 ) -> None:
     plugin = _plugin(kubelet_emulator, plugins, HEALTHY2)
     plugin.set_devices(HEALTHY2, numa={"gpu-0": 0, "gpu-1": 1})
-    kubelet_emulator.wait_for(lambda: kubelet_emulator.allocatable().get(RESOURCE) == 2, timeout=5)
+
+    def topology_arrived() -> bool:
+        devices = kubelet_emulator.snapshot().devices.get(RESOURCE, {})
+        return "gpu-1" in devices and devices["gpu-1"].numa_nodes == (1,)
+
+    kubelet_emulator.wait_for(topology_arrived, timeout=5)
     kubelet_emulator.allocate(RESOURCE, ["gpu-1"], pod="trainer", namespace="ml", container="worker")
     channel = unix_channel(kubelet_emulator.pod_resources_socket)
     lister = pr.PodResourcesListerStub(channel)

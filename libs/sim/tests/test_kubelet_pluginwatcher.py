@@ -189,7 +189,8 @@ def test_removing_the_registration_socket_deregisters(
     kubelet_emulator: KubeletEmulator, servers: list[UnixServer]
 ) -> None:
     plugin = _serve_driver(kubelet_emulator, servers, [dra.SERVICE_V1BETA1])
-    kubelet_emulator.wait_for(lambda: bool(kubelet_emulator.registered_plugins()), timeout=5)
+    kubelet_emulator.wait_for(lambda: bool(plugin.statuses), timeout=5)
+    assert kubelet_emulator.dra_drivers() == {DRIVER: dra.SERVICE_V1BETA1}
     registration = servers.pop()
     registration.stop(grace=None)
     kubelet_emulator.wait_for(lambda: kubelet_emulator.registered_plugins() == [], timeout=5)
