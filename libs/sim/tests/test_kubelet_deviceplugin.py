@@ -224,7 +224,8 @@ def test_registered_plugin_devices_become_node_resources(
     assert kubelet_emulator.capacity() == {RESOURCE: 2}
     options = kubelet_emulator.plugin_options(RESOURCE)
     assert options is not None and options.pre_start_required
-    assert seen and seen[-1].allocatable() == {RESOURCE: 2}
+    # Listeners run on the stream thread, right after the change the predicate above observed.
+    kubelet_emulator.wait_for(lambda: bool(seen) and seen[-1].allocatable() == {RESOURCE: 2}, timeout=5)
 
 
 @pytest.mark.parametrize(
@@ -381,7 +382,7 @@ def test_newer_registration_replaces_the_old_plugin(
 
 
 def test_plugin_death_marks_devices_unhealthy_then_removes_them(short_tmp_dir: Path) -> None:
-    with KubeletEmulator(short_tmp_dir, endpoint_grace_s=0.3) as kubelet:
+    with KubeletEmulator(short_tmp_dir, endpoint_grace_s=1.0) as kubelet:
         plugin = ExamplePlugin(kubelet.socket_dir, HEALTHY2)
         plugin.serve()
         plugin.register()
