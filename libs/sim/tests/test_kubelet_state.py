@@ -82,3 +82,13 @@ def test_emulator_can_start_again_after_stop(short_tmp_dir: Path) -> None:
     with kubelet:
         assert kubelet.kubelet_socket.exists()
         assert kubelet.resources() == {}
+
+
+def test_start_failure_leaves_nothing_listening(short_tmp_dir: Path) -> None:
+    kubelet = KubeletEmulator(short_tmp_dir)
+    kubelet.socket_dir.mkdir(parents=True)
+    kubelet.kubelet_socket.mkdir()  # a directory where kubelet.sock should go
+    with pytest.raises(OSError, match=r"kubelet\.sock"):
+        kubelet.start()
+    assert not kubelet.pod_resources_socket.exists()
+    kubelet.stop()  # harmless: it never ran

@@ -136,19 +136,28 @@ class KubeletEmulator:
         self._write_checkpoint()
         limiter = TokenBucket(self._limits[0], self._limits[1]) if self._limits[0] else None
         lister = PodResourcesServer(self._assignments, self._devices.snapshot, limiter)
-        self._servers = [
-            serve_unix(
-                self.pod_resources_socket,
-                [lambda s: pr.add_PodResourcesListerServicer_to_server(lister, s)],
-                thread_name_prefix=f"{THREAD_PREFIX}-podresources",
-            ),
+        self._servers = []
+        try:
+            self._servers.append(
+                serve_unix(
+                    self.pod_resources_socket,
+                    [lambda s: pr.add_PodResourcesListerServicer_to_server(lister, s)],
+                    thread_name_prefix=f"{THREAD_PREFIX}-podresources",
+                )
+            )
             # Registration last: a plugin that sees kubelet.sock may call it at once.
-            serve_unix(
-                self.kubelet_socket,
-                [lambda s: dp.add_RegistrationServicer_to_server(self._devices, s)],
-                thread_name_prefix=f"{THREAD_PREFIX}-registration",
-            ),
-        ]
+            self._servers.append(
+                serve_unix(
+                    self.kubelet_socket,
+                    [lambda s: dp.add_RegistrationServicer_to_server(self._devices, s)],
+                    thread_name_prefix=f"{THREAD_PREFIX}-registration",
+                )
+            )
+        except Exception:
+            for server in self._servers:
+                server.stop(grace=None)
+            self._servers = []
+            raise
         self._watcher.start()
         self._running = True
         log.info("kubelet emulator listening on %s", self.kubelet_socket)
