@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
 from gpuop_common.shutdown import Stopping, run_periodic
@@ -62,35 +63,56 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def _wait_for_line(process: subprocess.Popen[str], prefix: str, timeout: float = 20.0) -> str:
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if selector.select(timeout=deadline - time.monotonic()):
-                line = process.stdout.readline()
-                if line.startswith(prefix):
-                    return line
-                if not line:
-                    break
-    raise AssertionError(
-        f"no line starting with {prefix!r}; stderr: {process.stderr.read() if process.stderr else ''}"
-    )
+class Lines:
+    """Collects a pipe's lines on a thread, so tests can wait for one without racing buffered reads."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[str], bool], timeout: float = 20.0) -> str:
+        with self._changed:
+            found = self._changed.wait_for(lambda: next(filter(predicate, self.lines), None), timeout)
+        if found is None:
+            raise AssertionError(f"no matching line in time; got {self.lines}")
+        return found
+
+    def text(self) -> str:
+        self._thread.join(10)
+        return "".join(self.lines)
+
+
+def _outputs(process: subprocess.Popen[str]) -> tuple[Lines, Lines]:
+    assert process.stdout is not None and process.stderr is not None
+    return Lines(process.stdout), Lines(process.stderr)
+
+
+def _is_record(message: str) -> Callable[[str], bool]:
+    return lambda line: json.loads(line).get("message") == message
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_sigterm_exits_cleanly_and_promptly(tmp_path: Path, mode: str) -> None:
     process = _start(tmp_path, mode)
+    stdout, stderr = _outputs(process)
     try:
-        _wait_for_line(process, "serving")
+        stdout.wait_for(lambda line: line.startswith("serving"))
         sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=10)
+        process.wait(timeout=10)
         elapsed = time.monotonic() - sent
     finally:
         process.kill()
+    out, err = stdout.text(), stderr.text()
     assert process.returncode == 0, err
     assert "left at a safe point" in out
     assert elapsed < 5
@@ -105,10 +127,11 @@ def test_sigterm_exits_cleanly_and_promptly(tmp_path: Path, mode: str) -> None:
 @pytest.mark.slow
 def test_second_signal_forces_exit(tmp_path: Path) -> None:
     process = _start(tmp_path, "wedged")
+    stdout, stderr = _outputs(process)
     try:
-        _wait_for_line(process, "serving")
+        stdout.wait_for(lambda line: line.startswith("serving"))
         process.send_signal(signal.SIGTERM)
-        _wait_for_stderr_record(process, "stopping")
+        stderr.wait_for(_is_record("stopping"))
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=10)
     finally:
@@ -119,29 +142,15 @@ def test_second_signal_forces_exit(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_hard_timeout_forces_exit(tmp_path: Path) -> None:
     process = _start(tmp_path, "wedged", "0.3")
+    stdout, stderr = _outputs(process)
     try:
-        _wait_for_line(process, "serving")
+        stdout.wait_for(lambda line: line.startswith("serving"))
         process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=10)
+        process.wait(timeout=10)
     finally:
         process.kill()
     assert process.returncode == 1
-    assert "did not stop within 0.3s" in err
-
-
-def _wait_for_stderr_record(process: subprocess.Popen[str], message: str, timeout: float = 10.0) -> None:
-    assert process.stderr is not None
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stderr, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if selector.select(timeout=deadline - time.monotonic()):
-                line = process.stderr.readline()
-                if not line:
-                    break
-                if json.loads(line).get("message") == message:
-                    return
-    raise AssertionError(f"no {message!r} log record")
+    assert "did not stop within 0.3s" in stderr.text()
 
 
 def test_stopping_wakes_thread_and_async_waiters() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import os
 import signal
@@ -104,12 +105,15 @@ def install_signal_handlers(
     previous = {sig: signal.getsignal(sig) for sig in signals}
     timers: list[threading.Timer] = []
 
+    received = itertools.count()
+
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if stopping.is_set():
-            _force_exit(f"second {name} while stopping: exiting now")
+        # Counted first thing: a second signal may interrupt this very handler (Python runs handlers
+        # between bytecodes), and it must still be seen as the second one.
+        if next(received) > 0:
+            _force_exit(f"second {signal.Signals(signum).name} while stopping: exiting now")
             return
-        log.info("stopping", extra={"signal": name, "hard_timeout_s": hard_timeout})
+        name = signal.Signals(signum).name
         stopping.set(f"signal {name}")
         timer = threading.Timer(
             hard_timeout, _force_exit, args=(f"did not stop within {hard_timeout}s: exiting now",)
@@ -117,6 +121,7 @@ def install_signal_handlers(
         timer.daemon = True
         timer.start()
         timers.append(timer)
+        log.info("stopping", extra={"signal": name, "hard_timeout_s": hard_timeout})
 
     for sig in signals:
         signal.signal(sig, on_signal)
