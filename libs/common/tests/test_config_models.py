@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from gpuop_common.config import (
+    OPERAND_SECTIONS,
     DeviceConfigSpec,
     DevicePluginConfig,
     DriverUpgradePolicy,
@@ -280,3 +281,14 @@ def test_health_threshold_needs_a_bound() -> None:
         MetricsExporterConfig, {"healthThresholds": [{"metric": "gpu_health", "min": 2, "max": 1}]}
     )
     assert any("greater than max" in e for e in errors)
+
+
+def test_each_service_section_round_trips_through_its_own_model() -> None:
+    spec = DeviceConfigSpec.model_validate(AMD_SPEC)
+    for service, key in OPERAND_SECTIONS.items():
+        section = spec.section(service)
+        # What the operator writes to the service's ConfigMap parses back with the service's model.
+        assert type(section).model_validate(section.to_wire()) == section
+        assert spec.to_wire()[key] == section.to_wire()
+    with pytest.raises(ValueError, match="unknown service"):
+        spec.section("gpu-frobnicator")

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import urllib3.exceptions
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -177,9 +178,13 @@ class EventRecorder:
             if seen is not None and self._bump(seen):
                 return
             self._seen[key] = self._create(about, reason, message, type)
-        except ApiException as exc:
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            # ApiException's str() carries headers and body; the status says enough.
+            error = (
+                f"HTTP {exc.status}" if isinstance(exc, ApiException) else f"{exc.__class__.__name__}: {exc}"
+            )
             log.warning(
-                "could not record event", extra={"reason": reason, "status": exc.status, "about": about.name}
+                "could not record event", extra={"reason": reason, "about": about.name, "error": error}
             )
 
     def _bump(self, seen: _Occurrence) -> bool:

@@ -30,10 +30,16 @@ from gpuop_common.config.schema import (
     structural_problems,
     structural_schema,
 )
-from gpuop_common.config.spec import DeviceConfigSpec, LabelSelector, LabelSelectorRequirement
+from gpuop_common.config.spec import (
+    OPERAND_SECTIONS,
+    DeviceConfigSpec,
+    LabelSelector,
+    LabelSelectorRequirement,
+)
 from gpuop_common.config.testrunner import TestRunnerConfig
 
 __all__ = [
+    "OPERAND_SECTIONS",
     "AmdPartition",
     "ConfigManagerConfig",
     "ConfigModel",

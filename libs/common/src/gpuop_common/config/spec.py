@@ -22,6 +22,18 @@ from gpuop_common.config.testrunner import TestRunnerConfig
 
 Vendor = Literal["auto", "amd", "nvidia"]
 
+# Service (console script `gpuop-<service>`, chart `charts/<service>`) -> its DeviceConfigSpec section.
+OPERAND_SECTIONS: dict[str, str] = {
+    "driver": "driver",
+    "device-plugin": "devicePlugin",
+    "dra-driver": "draDriver",
+    "node-labeller": "nodeLabeller",
+    "metrics-exporter": "metricsExporter",
+    "test-runner": "testRunner",
+    "config-manager": "configManager",
+    "remediation": "remediation",
+}
+
 
 class LabelSelectorRequirement(ConfigModel):
     """One `matchExpressions` entry of a Kubernetes label selector."""
@@ -54,6 +66,10 @@ class LabelSelector(ConfigModel):
     )
 
 
+def _snake(camel: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+
+
 def _amd_only_settings(spec: DeviceConfigSpec) -> list[str]:
     problems = []
     if spec.device_plugin.resource_naming_strategy != "single":
@@ -78,6 +94,18 @@ def _nvidia_only_settings(spec: DeviceConfigSpec) -> list[str]:
 
 class DeviceConfigSpec(ConfigModel):
     """Which nodes a DeviceConfig manages and how each operand runs on them."""
+
+    def section(self, service: str) -> ConfigModel:
+        """The config section of `service` (a key of OPERAND_SECTIONS), e.g. to write its ConfigMap."""
+        try:
+            key = OPERAND_SECTIONS[service]
+        except KeyError:
+            raise ValueError(
+                f"unknown service {service!r}; expected one of {', '.join(OPERAND_SECTIONS)}"
+            ) from None
+        value = getattr(self, _snake(key))
+        assert isinstance(value, ConfigModel)
+        return value
 
     selector: LabelSelector = Field(
         default_factory=LabelSelector, description="Nodes this DeviceConfig manages."
