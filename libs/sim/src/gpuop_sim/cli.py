@@ -1,5 +1,145 @@
-"""`gpuop-sim` console script."""
+"""`gpuop-sim`: run a simulated cluster from the command line.
+
+    gpuop-sim serve --amd-nodes 2 --nvidia-nodes 1 --pods process --kubeconfig /tmp/kc
+
+prints one JSON line once the cluster is ready ({"port", "url", "kubeconfig", "state_dir", "nodes":
+{name: root}}) and runs until SIGTERM/SIGINT, then stops every simulated process and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from gpuop_sim.cluster import SimCluster
+from gpuop_sim.nodes import PROFILES
+
+KNOWN_PROFILES = tuple(PROFILES)
 
 
-def main() -> None:
-    raise SystemExit("gpuop-sim: under construction")
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _count(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
+def _profiles(text: str) -> list[str]:
+    profiles = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in profiles if p not in KNOWN_PROFILES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown profile(s) {', '.join(unknown)}; known: {', '.join(KNOWN_PROFILES)}"
+        )
+    return profiles
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser, *, amd_default: int, nvidia_default: int) -> None:
+    """Flags shared by `gpuop-sim serve` and the demo."""
+    parser.add_argument(
+        "--amd-nodes", type=_count, default=amd_default, help="AMD GPU nodes (cycling profiles)"
+    )
+    parser.add_argument("--nvidia-nodes", type=_count, default=nvidia_default, help="NVIDIA GPU nodes")
+    parser.add_argument("--cpu-nodes", type=_count, default=0, help="nodes without GPUs")
+    parser.add_argument(
+        "--profiles",
+        type=_profiles,
+        default=None,
+        help=f"explicit comma-separated node profiles ({', '.join(KNOWN_PROFILES)})",
+    )
+    parser.add_argument(
+        "--pods",
+        choices=("process", "stub"),
+        default="process",
+        help="process: run pods as local processes; stub: only report them Running (scale tests)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="API server listen address")
+    parser.add_argument("--port", type=_port, default=0, help="API server port (0: pick a free one)")
+    parser.add_argument("--kubeconfig", type=Path, default=None, help="where to write the kubeconfig")
+    parser.add_argument(
+        "--state-dir", type=Path, default=None, help="node roots, pod dirs and logs (default: a temp dir)"
+    )
+    parser.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+def cluster_from_args(args: argparse.Namespace) -> SimCluster:
+    return SimCluster(
+        args.state_dir,
+        amd_nodes=args.amd_nodes,
+        nvidia_nodes=args.nvidia_nodes,
+        cpu_nodes=args.cpu_nodes,
+        profiles=args.profiles,
+        pods=args.pods,
+        host=args.host,
+        port=args.port,
+        kubeconfig=args.kubeconfig,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuop-sim", description="gpuop simulated Kubernetes cluster")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run a simulated cluster until SIGTERM/SIGINT")
+    add_cluster_arguments(serve, amd_default=1, nvidia_default=1)
+    return parser
+
+
+def stop_event_on_signals() -> threading.Event:
+    """An event set by the first SIGTERM/SIGINT."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def serve(args: argparse.Namespace) -> int:
+    stop = stop_event_on_signals()
+    cluster = cluster_from_args(args)
+    try:
+        cluster.start()
+    except Exception as error:
+        cluster.stop()
+        print(f"gpuop-sim: could not start the simulated cluster: {error}", file=sys.stderr)
+        return 1
+    try:
+        ready = {
+            "port": cluster.port,
+            "url": cluster.url,
+            "kubeconfig": str(cluster.kubeconfig),
+            "state_dir": str(cluster.state_dir),
+            "nodes": {node.name: str(node.root) for node in cluster.nodes},
+        }
+        print(json.dumps(ready), flush=True)
+        stop.wait()
+    finally:
+        cluster.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "serve":
+        return serve(args)
+    return 2

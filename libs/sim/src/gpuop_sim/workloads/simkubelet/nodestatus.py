@@ -63,10 +63,12 @@ def mark_ready(rest: KubeRest, node_name: str, address: str, now: str) -> None:
         if kept is None:
             return
         # test+replace: a concurrent taint change (an operator's) makes this fail and we re-read.
-        patch = [
-            {"op": "test", "path": "/spec/taints", "value": spec_of(node).get("taints")},
-            {"op": "replace", "path": "/spec/taints", "value": kept},
-        ]
+        patch: list[Obj] = [{"op": "test", "path": "/spec/taints", "value": spec_of(node).get("taints")}]
+        patch.append(
+            {"op": "replace", "path": "/spec/taints", "value": kept}
+            if kept
+            else {"op": "remove", "path": "/spec/taints"}
+        )
         try:
             rest.patch(NODES, node_name, patch, content_type=JSON_PATCH)
             return

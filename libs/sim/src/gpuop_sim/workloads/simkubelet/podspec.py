@@ -39,23 +39,31 @@ def image_without_tag(image: str) -> str:
     return f"{head}/{last}" if head else last
 
 
+@dataclass(frozen=True)
+class ResolvedCommand:
+    """`program` runs on this host as is; `args` come from the pod and may name container paths."""
+
+    program: list[str]
+    args: list[str]
+
+
 def resolve_argv(
     container: Mapping[str, Any],
     scripts_dir: Path,
     image_commands: Mapping[str, list[str]] | None = None,
-) -> list[str]:
-    """The local argv for a container, or ContainerConfigError("ErrImagePull") if none maps."""
+) -> ResolvedCommand:
+    """The local command for a container, or ContainerConfigError("ErrImagePull") if none maps."""
     image = str(container.get("image") or "")
     command = [str(c) for c in container.get("command") or []]
     args = [str(a) for a in container.get("args") or []]
     overrides = image_commands or {}
     for candidate in (image, image_without_tag(image), image_script_name(image)):
         if candidate in overrides:
-            return [*overrides[candidate], *command[1:], *args] if command else [*overrides[candidate], *args]
+            return ResolvedCommand(list(overrides[candidate]), [*command[1:], *args])
     if command:
         script = scripts_dir / Path(command[0]).name
         if script.is_file():
-            return [str(script), *command[1:], *args]
+            return ResolvedCommand([str(script)], [*command[1:], *args])
     script = scripts_dir / image_script_name(image)
     if image and script.is_file():
         if command:
@@ -63,7 +71,7 @@ def resolve_argv(
                 "RunContainerError",
                 f"command {command[0]!r} of image {image!r} is not a console script in {scripts_dir}",
             )
-        return [str(script), *args]
+        return ResolvedCommand([str(script)], args)
     raise ContainerConfigError(
         "ErrImagePull",
         f'Failed to pull image "{image}": no console script "{image_script_name(image)}" in {scripts_dir}',

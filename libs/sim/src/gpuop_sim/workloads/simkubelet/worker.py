@@ -187,8 +187,8 @@ class PodWorker:
         containers = []
         for spec in spec_of(pod).get("containers") or []:
             mounts = container_mounts(spec, volumes)
-            argv = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
-            argv = [argv[0], *(rewrite_path(a, mounts) for a in argv[1:])]
+            command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
+            argv = [*command.program, *(rewrite_path(a, mounts) for a in command.args)]
             env = {
                 k: rewrite_path(v, mounts) for k, v in build_env(spec, pod, ctx, configmaps, secrets).items()
             }

@@ -1,0 +1,353 @@
+"""SimCluster: an API server, simulated GPU nodes, controllers and kubelets in one object.
+
+    with SimCluster(amd_nodes=2, nvidia_nodes=1) as cluster:
+        subprocess.run([kubectl, "--kubeconfig", cluster.kubeconfig, "get", "nodes"])
+        cluster.wait_for(lambda: ..., timeout=30)
+
+Each node gets a fixture host root under `<state_dir>/nodes/<node>/` (sysfs/KFD trees or fake NVML
+state), a loopback address of its own (127.10.x.y, which pods on it bind to and report as their IP),
+a Node object labelled like a real one (hostname/os/arch/instance-type and the NFD PCI-presence
+label), and a simulated kubelet that reports it Ready. State dirs stay short on purpose: unix socket
+paths under a node root must fit in 107 bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from gpuop_sim.apiserver import SimApiServer
+from gpuop_sim.kubelet import KubeletEmulator
+from gpuop_sim.nodes import build_node_root
+from gpuop_sim.workloads.kubeapi import NODES, KubeRest, Resource
+from gpuop_sim.workloads.manager import ControllerManager
+from gpuop_sim.workloads.objects import Obj
+from gpuop_sim.workloads.simkubelet.runtime import DeviceSource, PodsMode, SimKubelets
+from gpuop_sim.workloads.simkubelet.worker import NodeRuntime
+
+log = logging.getLogger(__name__)
+
+AMD_PROFILES = ("amd-mi300x-cpx", "amd-mi210x8", "amd-mi300x-spx", "amd-single", "amd-radeon")
+NVIDIA_PROFILES = ("nvidia-h100x8", "nvidia-h100x8-mig")
+PCI_VENDOR_IDS = {"amd": "1002", "nvidia": "10de"}
+PROFILE_LABEL = "gpuop.dev/sim-profile"
+NODE_CAPACITY = {"cpu": "64", "memory": "527988696Ki", "pods": "110", "ephemeral-storage": "1843201024Ki"}
+
+
+class SimClusterError(RuntimeError):
+    """The simulated cluster could not start or a wait timed out."""
+
+
+@dataclass(frozen=True)
+class SimNode:
+    """One simulated node as a test or the demo sees it."""
+
+    name: str
+    profile: str
+    vendor: str
+    gpu_count: int
+    root: Path
+    address: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def node_address(index: int) -> str:
+    """Loopback address of node `index`: 127.10.0.1, 127.10.0.2, ... (254 per /24)."""
+    return f"127.10.{index // 254}.{index % 254 + 1}"
+
+
+def profile_vendor(profile: str) -> str:
+    """`amd-mi210x8` -> `amd`; node names and PCI labels follow the vendor."""
+    for vendor in PCI_VENDOR_IDS:
+        if profile.startswith(f"{vendor}-"):
+            return vendor
+    return "cpu"
+
+
+def plan_profiles(amd_nodes: int, nvidia_nodes: int, cpu_nodes: int = 0) -> list[str]:
+    """Profiles for the requested counts, cycling through each vendor's list."""
+    return [
+        *itertools.islice(itertools.cycle(AMD_PROFILES), amd_nodes),
+        *itertools.islice(itertools.cycle(NVIDIA_PROFILES), nvidia_nodes),
+        *(["cpu-only"] * cpu_nodes),
+    ]
+
+
+def node_object(node: SimNode) -> Obj:
+    """The Node a kubelet would register for this host, with the labels NFD would add."""
+    labels = {
+        "kubernetes.io/hostname": node.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": f"sim.{node.profile}",
+        PROFILE_LABEL: node.profile,
+    }
+    vendor_id = PCI_VENDOR_IDS.get(node.vendor)
+    if vendor_id and node.gpu_count:
+        labels[f"feature.node.kubernetes.io/pci-{vendor_id}.present"] = "true"
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": labels}, "spec": {}}
+
+
+def node_status(node: SimNode) -> Obj:
+    return {
+        "capacity": dict(NODE_CAPACITY),
+        "allocatable": dict(NODE_CAPACITY),
+        "nodeInfo": {
+            "machineID": node.name,
+            "systemUUID": node.name,
+            "bootID": node.name,
+            "kernelVersion": "6.8.0-sim",
+            "osImage": "gpuop simulated node",
+            "containerRuntimeVersion": "sim://0.1.0",
+            "kubeletVersion": "v1.36.0-sim",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+    }
+
+
+def _emulator_source(node: NodeRuntime, notify: Callable[[], None]) -> DeviceSource:
+    emulator = KubeletEmulator(node.root, on_change=lambda _snapshot: notify())
+    return emulator.start()
+
+
+class SimCluster:
+    """Start with `start()` (or `with`), stop with `stop()`: every process it started is gone after."""
+
+    def __init__(
+        self,
+        state_dir: str | Path | None = None,
+        *,
+        amd_nodes: int = 0,
+        nvidia_nodes: int = 0,
+        cpu_nodes: int = 0,
+        profiles: Sequence[str] | None = None,
+        pods: PodsMode = "process",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        kubeconfig: str | Path | None = None,
+        image_commands: Mapping[str, list[str]] | None = None,
+        device_plugins: bool | None = None,
+        max_grace_seconds: float = 3.0,
+        scripts_dir: Path | None = None,
+    ) -> None:
+        if pods not in ("process", "stub"):
+            raise ValueError(f"pods must be 'process' or 'stub', not {pods!r}")
+        self.profiles = (
+            list(profiles) if profiles is not None else plan_profiles(amd_nodes, nvidia_nodes, cpu_nodes)
+        )
+        self.pods_mode: PodsMode = pods
+        self._owns_state_dir = state_dir is None
+        self.state_dir = (
+            Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="gpuop-sim-", dir="/tmp"))
+        )
+        self.kubeconfig = Path(kubeconfig) if kubeconfig else self.state_dir / "kubeconfig"
+        self._host, self._port = host, port
+        self._image_commands = dict(image_commands or {})
+        # Device plugins need one kubelet emulator (gRPC servers) per node: on by default only where
+        # pods really run; 1,000 stub nodes would not afford them.
+        self._device_plugins = (pods == "process") if device_plugins is None else device_plugins
+        self._max_grace = max_grace_seconds
+        self._scripts_dir = scripts_dir or Path(sys.executable).parent
+        self.nodes: list[SimNode] = []
+        self.server: SimApiServer | None = None
+        self.rest: KubeRest | None = None
+        self.controllers: ControllerManager | None = None
+        self.kubelets: SimKubelets | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> SimCluster:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.server = SimApiServer(host=self._host, port=self._port, controllers=True).start()
+        self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        self.server.write_kubeconfig(self.kubeconfig)
+        self.rest = KubeRest.from_kubeconfig(self.kubeconfig)
+        self.nodes = self._build_nodes()
+        for node in self.nodes:
+            self.rest.create(NODES, node_object(node))
+            self.rest.patch(NODES, node.name, {"status": node_status(node)}, sub="status")
+        self.controllers = ControllerManager(self.rest)
+        self.controllers.start()
+        runtimes = [self._runtime(node) for node in self.nodes]
+        self.kubelets = SimKubelets(
+            self.rest,
+            runtimes,
+            self.pods_mode,
+            device_sources=_emulator_source if self._device_plugins else None,
+        )
+        self.kubelets.start()
+
+    def _build_nodes(self) -> list[SimNode]:
+        nodes = []
+        per_vendor: dict[str, int] = {}
+        for index, profile in enumerate(self.profiles):
+            vendor = profile_vendor(profile)
+            number = per_vendor.get(vendor, 0)
+            per_vendor[vendor] = number + 1
+            name = f"{vendor}-{number}"
+            root = self.state_dir / "nodes" / name
+            info = build_node_root(profile, root, node_name=name)
+            nodes.append(
+                SimNode(
+                    name=name,
+                    profile=profile,
+                    vendor=vendor,
+                    gpu_count=int(info.gpu_count),
+                    root=root,
+                    address=node_address(index),
+                    env=dict(info.env),
+                )
+            )
+        return nodes
+
+    def _runtime(self, node: SimNode) -> NodeRuntime:
+        return NodeRuntime(
+            name=node.name,
+            root=node.root,
+            address=node.address,
+            env=node.env,
+            kubeconfig=self.kubeconfig,
+            scripts_dir=self._scripts_dir,
+            pods_dir=self.state_dir / "pods" / node.name,
+            image_commands=self._image_commands,
+            max_grace_seconds=self._max_grace,
+        )
+
+    def stop(self) -> None:
+        """Stop kubelets (terminating every pod process), controllers and the API server."""
+        if self.kubelets is not None:
+            self.kubelets.stop()
+            self.kubelets = None
+        if self.controllers is not None:
+            self.controllers.stop()
+            self.controllers = None
+        if self.rest is not None:
+            self.rest.close()
+            self.rest = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self._owns_state_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> SimCluster:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- accessors -------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return self._server().url
+
+    @property
+    def port(self) -> int:
+        return int(self._server().port)
+
+    def api(self) -> KubeRest:
+        if self.rest is None:
+            raise SimClusterError("the simulated cluster is not running")
+        return self.rest
+
+    def node(self, name: str) -> SimNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"no simulated node named {name!r}")
+
+    def pod_log(self, namespace: str, name: str, container: str) -> str:
+        """What a `process` pod's container wrote to stdout/stderr (all restarts, newest pod first)."""
+        candidates = sorted(
+            self.state_dir.glob(f"pods/*/{namespace}_{name}_*/logs/{container}.log"),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        if not candidates:
+            raise FileNotFoundError(f"no log for container {container!r} of pod {namespace}/{name}")
+        return candidates[0].read_text(errors="replace")
+
+    def _server(self) -> SimApiServer:
+        if self.server is None:
+            raise SimClusterError("the simulated cluster is not running")
+        return self.server
+
+    # -- waiting ---------------------------------------------------------------------------------
+    def wait_for(
+        self,
+        predicate: Callable[[], Any],
+        timeout: float = 30.0,
+        interval: float = 0.05,
+        what: str = "condition",
+    ) -> Any:
+        """Poll `predicate` until it returns something truthy; SimClusterError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while True:
+            try:
+                result = predicate()
+                if result:
+                    return result
+            except Exception as error:  # transient: the object may not exist yet
+                last_error = error
+            if time.monotonic() >= deadline:
+                detail = f" (last error: {last_error})" if last_error else ""
+                raise SimClusterError(f"timed out after {timeout}s waiting for {what}{detail}")
+            time.sleep(interval)
+
+    def wait_for_object(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        predicate: Callable[[Obj], Any] = bool,
+        timeout: float = 30.0,
+    ) -> Obj:
+        """The object once `predicate(obj)` holds."""
+
+        def check() -> Obj | None:
+            obj = self.api().get(resource, name, namespace)
+            return obj if predicate(obj) else None
+
+        result: Obj = self.wait_for(check, timeout, what=f"{resource.kind} {namespace or ''}/{name}")
+        return result
+
+    def wait_for_daemonset_ready(self, name: str, namespace: str, timeout: float = 60.0) -> Obj:
+        """The DaemonSet once every desired pod is updated and ready (and at least `desired` observed)."""
+        from gpuop_sim.workloads.kubeapi import DAEMONSETS
+
+        def ready(ds: Obj) -> bool:
+            status = ds.get("status") or {}
+            desired = status.get("desiredNumberScheduled")
+            return (
+                desired is not None
+                and status.get("observedGeneration") == (ds.get("metadata") or {}).get("generation")
+                and status.get("numberReady") == desired
+                and status.get("updatedNumberScheduled") == desired
+                and status.get("currentNumberScheduled") == desired
+                and not status.get("numberMisscheduled")
+            )
+
+        return self.wait_for_object(DAEMONSETS, name, namespace, ready, timeout)

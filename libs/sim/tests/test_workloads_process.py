@@ -1,0 +1,241 @@
+"""`process` pods end to end: containers run as local processes on a simulated node.
+
+This file is also the container program: the tests map the image `test/echo-server` to
+`python <this file>`, which reports its argv/env, serves /healthz and /config on the node's bind
+address, and records SIGTERM, so every assertion is about what the "container" really saw.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sys
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PORT = 18080
+NS = "default"
+
+
+def container_main(argv: list[str]) -> int:
+    """The echo-server container: `--report=PATH --config=PATH --port=N [--exit=CODE]`."""
+    opts = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    if "exit" in opts:
+        print(f"echo-server exiting with {opts['exit']}", flush=True)
+        return int(opts["exit"])
+    report = Path(opts["report"])
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}))
+    config = Path(opts["config"])
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = config.read_bytes() if self.path == "/config" else b"ok"
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer((os.environ["GPUOP_BIND_ADDRESS"], int(opts["port"])), Handler)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        (report.parent / "terminated").write_text(signal.Signals(signum).name)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    print(f"echo-server listening on {server.server_address}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(container_main(sys.argv[1:]))
+
+# ---------------------------------------------------------------------------------------------------
+from gpuop_sim.cluster import SimCluster  # noqa: E402
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, PODS, SECRETS, KubeRest  # noqa: E402
+
+IMAGE = "test/echo-server:1"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    commands = {"test/echo-server": [sys.executable, str(Path(__file__).resolve())]}
+    with SimCluster(profiles=["amd-single"], pods="process", image_commands=commands) as sim:
+        yield sim
+
+
+def pod(name: str, args: list[str], restart: str = "Always", **extra: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": IMAGE, "args": args}
+    container.update(extra)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": name}},
+        "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 5, "containers": [container]},
+    }
+
+
+def phase_is(*phases: str) -> Any:
+    return lambda obj: (obj.get("status") or {}).get("phase") in phases
+
+
+def is_ready(obj: dict[str, Any]) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def test_container_sees_env_downward_api_volumes_and_rewritten_paths(cluster: SimCluster) -> None:
+    api: KubeRest = cluster.api()
+    node = cluster.nodes[0]
+    api.create(CONFIGMAPS, {"metadata": {"name": "echo-cfg"}, "data": {"config.yaml": "level: one\n"}}, NS)
+    secret_data = {"token": base64.b64encode(b"s3cret").decode()}
+    api.create(SECRETS, {"metadata": {"name": "echo-secret"}, "data": secret_data}, NS)
+    spec = pod(
+        "echo",
+        [
+            "--host-root=/host",
+            "--config=/etc/echo/config.yaml",
+            "--report=/work/report.json",
+            f"--port={PORT}",
+        ],
+        env=[
+            {"name": "PLAIN", "value": "hello"},
+            {"name": "SYS_PATH", "value": "/host/sys/class/drm"},
+            {"name": "MY_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "MY_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "LEVEL", "valueFrom": {"configMapKeyRef": {"name": "echo-cfg", "key": "config.yaml"}}},
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "echo-secret", "key": "token"}}},
+        ],
+        ports=[{"name": "http", "containerPort": PORT}],
+        readinessProbe={"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+        volumeMounts=[
+            {"name": "host", "mountPath": "/host"},
+            {"name": "cfg", "mountPath": "/etc/echo"},
+            {"name": "work", "mountPath": "/work"},
+        ],
+    )
+    spec["spec"]["volumes"] = [
+        {"name": "host", "hostPath": {"path": "/"}},
+        {"name": "cfg", "configMap": {"name": "echo-cfg"}},
+        {"name": "work", "emptyDir": {}},
+    ]
+    api.create(PODS, spec, NS)
+
+    running = cluster.wait_for_object(PODS, "echo", NS, is_ready, timeout=30)
+    assert running["status"]["phase"] == "Running"
+    assert running["spec"]["nodeName"] == node.name  # bound by the scheduler
+    assert running["status"]["podIP"] == node.address
+    report_path = cluster.wait_for(
+        lambda: next(cluster.state_dir.glob("pods/*/*echo_*/volumes/work/report.json"), None)
+    )
+    report = json.loads(report_path.read_text())
+    argv, env = report["argv"], report["env"]
+    assert f"--host-root={node.root}" in argv
+    assert any(a.startswith("--config=") and a.endswith("/volumes/cfg/config.yaml") for a in argv)
+    assert env["PLAIN"] == "hello"
+    assert env["SYS_PATH"] == f"{node.root}/sys/class/drm"
+    assert (env["MY_NODE"], env["MY_NAME"], env["MY_NS"], env["MY_IP"]) == (
+        node.name,
+        "echo",
+        NS,
+        node.address,
+    )
+    assert env["LEVEL"] == "level: one\n"
+    assert env["TOKEN"] == "s3cret"
+    assert env["NODE_NAME"] == env["GPUOP_NODE_NAME"] == node.name
+    assert env["GPUOP_BIND_ADDRESS"] == node.address
+    assert Path(env["GPUOP_KUBECONFIG"]) == cluster.kubeconfig
+    for key, value in node.env.items():
+        assert env[key] == value
+
+    # Hot reload: a ConfigMap change reaches the mounted file through the `..data` swap.
+    url = f"http://{node.address}:{PORT}/config"
+    assert urllib.request.urlopen(url, timeout=5).read() == b"level: one\n"
+    api.patch(CONFIGMAPS, "echo-cfg", {"data": {"config.yaml": "level: two\n"}}, NS)
+    cluster.wait_for(
+        lambda: urllib.request.urlopen(url, timeout=5).read() == b"level: two\n", 15, what="reload"
+    )
+
+    log = cluster.pod_log(NS, "echo", "main")
+    assert "echo-server listening" in log
+
+    api.delete(PODS, "echo", NS)
+    cluster.wait_for((report_path.parent / "terminated").is_file, 15, what="SIGTERM in the container")
+    assert (report_path.parent / "terminated").read_text() == "SIGTERM"
+
+    def gone() -> bool:
+        items, _ = api.list(PODS, NS, fieldSelector="metadata.name=echo")
+        return not items
+
+    cluster.wait_for(gone, 15, what="the pod object to be removed")
+
+
+def test_container_that_exits_fails_the_pod_when_restart_policy_is_never(cluster: SimCluster) -> None:
+    api = cluster.api()
+    api.create(PODS, pod("quitter", ["--exit=3"], restart="Never"), NS)
+    failed = cluster.wait_for_object(PODS, "quitter", NS, phase_is("Failed"), timeout=30)
+    (status,) = failed["status"]["containerStatuses"]
+    assert status["state"]["terminated"]["exitCode"] == 3
+    assert "exiting with 3" in cluster.pod_log(NS, "quitter", "main")
+
+
+def test_container_that_exits_zero_succeeds(cluster: SimCluster) -> None:
+    api = cluster.api()
+    api.create(PODS, pod("done", ["--exit=0"], restart="OnFailure"), NS)
+    cluster.wait_for_object(PODS, "done", NS, phase_is("Succeeded"), timeout=30)
+
+
+def test_crashing_container_is_restarted_with_backoff(cluster: SimCluster) -> None:
+    api = cluster.api()
+    api.create(PODS, pod("crasher", ["--exit=1"], restart="Always"), NS)
+
+    def restarted_twice(obj: dict[str, Any]) -> bool:
+        statuses = (obj.get("status") or {}).get("containerStatuses") or []
+        return bool(statuses) and statuses[0]["restartCount"] >= 2
+
+    crashed = cluster.wait_for_object(PODS, "crasher", NS, restarted_twice, timeout=30)
+    status = crashed["status"]["containerStatuses"][0]
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+    assert crashed["status"]["phase"] == "Running"
+    assert not is_ready(crashed)
+
+
+def test_unknown_image_fails_the_pod_with_a_pull_error(cluster: SimCluster) -> None:
+    api = cluster.api()
+    spec = pod("ghost", [])
+    spec["spec"]["containers"][0]["image"] = "ghcr.io/nobody/not-installed:1.0"
+    api.create(PODS, spec, NS)
+    failed = cluster.wait_for_object(PODS, "ghost", NS, phase_is("Failed"), timeout=30)
+    waiting = failed["status"]["containerStatuses"][0]["state"]["waiting"]
+    assert waiting["reason"] == "ErrImagePull"
+    assert "not-installed" in waiting["message"]
+    assert failed["status"]["reason"] == "ErrImagePull"
+
+
+def test_stop_leaves_no_container_processes(tmp_path: Path) -> None:
+    import psutil
+
+    commands = {"test/echo-server": [sys.executable, str(Path(__file__).resolve())]}
+    sim = SimCluster(profiles=["cpu-only"], pods="process", image_commands=commands).start()
+    try:
+        args = ["--config=/dev/null", f"--report={tmp_path}/r.json", f"--port={PORT + 1}"]
+        sim.api().create(PODS, pod("lingering", args), NS)
+        sim.wait_for_object(PODS, "lingering", NS, is_ready, timeout=30)
+        children = psutil.Process().children(recursive=True)
+        assert children
+    finally:
+        sim.stop()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
