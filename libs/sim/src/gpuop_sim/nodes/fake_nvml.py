@@ -126,8 +126,8 @@ class NVMLError(Exception):
         obj.value = value
         return obj
 
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
 
     def __str__(self) -> str:
         return _ERROR_STRINGS.get(self.value, f"NVML Error with code {self.value}")

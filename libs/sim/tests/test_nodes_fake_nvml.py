@@ -1,0 +1,91 @@
+"""The fake NVML behaves like pynvml where the backend and other services depend on it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from gpuop_sim.nodes import fake_nvml, inject_xid
+from gpuop_sim.nodes.fake_nvml import FakeNvml
+from gpuop_sim.nodes.nvml_state import load_state
+
+
+def test_error_classes_mirror_pynvml():
+    err = fake_nvml.NVMLError(fake_nvml.NVML_ERROR_NOT_SUPPORTED)
+    assert isinstance(err, fake_nvml.NVMLError_NotSupported)
+    assert str(err) == "Not Supported"
+    assert fake_nvml.NVMLError_LibraryNotFound().value == 12
+    assert issubclass(fake_nvml.NVMLError_GpuIsLost, fake_nvml.NVMLError)
+
+
+def test_calls_before_init_and_empty_slots(gpu_node_root):
+    info = gpu_node_root("nvidia-h100x8-mig")
+    nvml = FakeNvml(path=info.nvml_state_path)
+    with pytest.raises(fake_nvml.NVMLError_Uninitialized):
+        nvml.nvmlDeviceGetCount()
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(1)
+    assert nvml.nvmlDeviceGetMigMode(handle) == [1, 1]
+    assert nvml.nvmlDeviceGetMaxMigDeviceCount(handle) == 7
+    nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, 1)
+    with pytest.raises(fake_nvml.NVMLError_NotFound):
+        nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, 2)
+    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, 0)
+    with pytest.raises(fake_nvml.NVMLError_NotSupported):
+        nvml.nvmlDeviceGetTemperature(mig, fake_nvml.NVML_TEMPERATURE_GPU)
+    assert nvml.nvmlDeviceGetName(mig) == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    nvml.nvmlShutdown()
+
+
+def test_event_wait_times_out_then_delivers(gpu_node_root):
+    info = gpu_node_root("nvidia-h100x8")
+    nvml = FakeNvml(path=info.nvml_state_path)
+    nvml.nvmlInit()
+    events = nvml.nvmlEventSetCreate()
+    handle = nvml.nvmlDeviceGetHandleByIndex(5)
+    nvml.nvmlDeviceRegisterEvents(handle, fake_nvml.nvmlEventTypeXidCriticalError, events)
+    with pytest.raises(fake_nvml.NVMLError_Timeout):
+        nvml.nvmlEventSetWait(events, 0)
+    uuid = nvml.nvmlDeviceGetUUID(handle)
+    inject_xid(info.root, uuid, 48)
+    data = nvml.nvmlEventSetWait(events, 0)
+    assert (data.eventType, data.eventData) == (fake_nvml.nvmlEventTypeXidCriticalError, 48)
+    assert nvml.nvmlDeviceGetUUID(data.device) == uuid
+    with pytest.raises(fake_nvml.NVMLError_Timeout):
+        nvml.nvmlEventSetWait(events, 0)
+
+
+def test_a_service_process_sees_the_node_and_later_faults(gpu_node_root):
+    """A subprocess started with NodeRootInfo.env reads this node's GPUs and an XID injected later."""
+    info = gpu_node_root("nvidia-h100x8")
+    uuid = load_state(info.nvml_state_path).gpus[6].uuid
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from gpuop_common.gpu import open_backends
+        (backend,) = open_backends(sys.argv[1])
+        print(len(backend.enumerate()), flush=True)
+        backend.health()
+        print("ready", flush=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            bad = [h.gpu_id for h in backend.health() if not h.healthy]
+            if bad:
+                print("unhealthy", *bad, flush=True)
+                break
+            time.sleep(0.05)
+        """
+    )
+    env = {**os.environ, **info.env}
+    with subprocess.Popen(
+        [sys.executable, "-c", script, str(info.root)], env=env, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "8"
+        assert proc.stdout.readline().strip() == "ready"
+        inject_xid(info.root, uuid, 79)
+        out, _ = proc.communicate(timeout=30)
+    assert out.split() == ["unhealthy", uuid]
