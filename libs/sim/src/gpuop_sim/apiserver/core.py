@@ -98,6 +98,11 @@ class ApiCore:
 
     def _check_unknown(self, rt: ResourceType, obj: JsonObj, opts: WriteOptions, *, on_create: bool) -> None:
         """Unknown fields: pruned (CRs) or ignored (built-ins), warned or rejected per fieldValidation."""
+        before = (
+            json.dumps(obj, sort_keys=True, separators=(",", ":"))
+            if not on_create and opts.field_validation == "Strict"
+            else ""
+        )
         if rt.custom is not None:
             unknown = crd.prune(obj, rt.custom.schema)
         else:
@@ -113,19 +118,13 @@ class ApiCore:
                 raise errors.bad_request(
                     f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict decoding error: {detail}'
                 )
+            # The update path quotes the whole patched object, as the real server does.
+            msg = f"Invalid value: {validation.quote(before)}: strict decoding error: {detail}"
             raise ApiError(
                 422,
                 "Invalid",
-                f' "" is invalid: patch: Invalid value: "{{}}": strict decoding error: {detail}',
-                {
-                    "causes": [
-                        cause(
-                            "FieldValueInvalid",
-                            f'Invalid value: "{{}}": strict decoding error: {detail}',
-                            "patch",
-                        )
-                    ]
-                },
+                f' "" is invalid: patch: {msg}',
+                {"causes": [cause("FieldValueInvalid", msg, "patch")]},
             )
         opts.warnings += [f'unknown field "{u}"' for u in unknown]
 
@@ -168,7 +167,8 @@ class ApiCore:
             if update and rt.kind == "Node":
                 # The real Node update path reports metadata causes four times (pinned by a transcript).
                 causes = [c for c in causes for _ in range(4 if c["field"] == "metadata.labels" else 1)]
-            raise errors.invalid(rt, meta.get("name", ""), causes)
+            # events.k8s.io Events are validated as core Events (the message names no group).
+            raise errors.invalid(rt, meta.get("name", ""), causes, group=rt.group != "events.k8s.io")
 
     def _kind_validation(self, rt: ResourceType, obj: JsonObj) -> list[JsonObj]:
         if rt.kind == "Pod":
@@ -383,6 +383,7 @@ class ApiCore:
                         "metadata.resourceVersion",
                     )
                 ],
+                by_plural=True,
             )
         return self.write_update(rt, current, obj, opts, subresource=subresource, on_create=on_create)
 
@@ -444,9 +445,9 @@ class ApiCore:
                     "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers "
                     + validation.go_string_slice(added)
                 )
-                raise errors.invalid(
-                    rt, meta["name"], [cause("FieldValueForbidden", msg, "metadata.finalizers")]
-                )
+                # The real server reports this cause twice (metadata and object validation).
+                forbidden = cause("FieldValueForbidden", msg, "metadata.finalizers")
+                raise errors.invalid(rt, meta["name"], [forbidden, dict(forbidden)])
         if "generation" in meta and _spec_part(obj) != _spec_part(old):
             meta["generation"] = int(meta["generation"]) + 1
             if rt.kind == "DaemonSet" and (obj.get("spec") or {}).get("template") != (
@@ -561,11 +562,11 @@ class ApiCore:
                 "Failed",
             ):
                 grace = 0
-            meta["generation"] = int(meta.get("generation", 1)) + 1
             if grace > 0 or finalizers:
                 return self._mark_deleting(rt, current, obj, finalizers, grace, dry_run)
             meta["deletionTimestamp"] = now_rfc3339()
             meta["deletionGracePeriodSeconds"] = 0
+            meta["generation"] = int(meta.get("generation", 1)) + 1
             return self._remove(rt, current, obj, dry_run, status_body=False)
         if finalizers:
             return self._mark_deleting(rt, current, obj, finalizers, 0, dry_run)
@@ -587,6 +588,9 @@ class ApiCore:
             meta["finalizers"] = finalizers
         meta["deletionTimestamp"] = now_rfc3339()
         meta["deletionGracePeriodSeconds"] = grace
+        if "generation" in meta:
+            # Setting deletionTimestamp counts as a spec change for objects with a generation.
+            meta["generation"] = int(meta["generation"]) + 1
         if dry_run:
             return Result(200, obj)
         meta["resourceVersion"] = str(self.store.next_rv())

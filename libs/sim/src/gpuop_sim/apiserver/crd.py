@@ -322,6 +322,8 @@ def validate_cr(obj: JsonObj, schema: JsonObj, *, only: str | None = None) -> li
 
 def _to_causes(err: jsonschema.ValidationError, path: list[Any]) -> list[JsonObj]:
     field = _field(path)
+    # status is validated against its own sub-schema, so its messages drop the "status." prefix.
+    shown = field[len("status.") :] if field.startswith("status.") else field
     value = err.instance
     kind, arg = err.validator, err.validator_value
     if kind == "required":
@@ -346,7 +348,7 @@ def _to_causes(err: jsonschema.ValidationError, path: list[Any]) -> list[JsonObj
         return [
             cause(
                 "FieldValueTypeInvalid",
-                f'Invalid value: "{got}": {field} in body must be of type {want}: "{got}"',
+                f'Invalid value: "{got}": {shown} in body must be of type {want}: "{got}"',
                 field,
             )
         ]
@@ -363,8 +365,8 @@ def _to_causes(err: jsonschema.ValidationError, path: list[Any]) -> list[JsonObj
     }
     if kind in templates:
         msg = templates[kind].format(arg=arg)
-        shown = len(value) if kind == "minItems" and isinstance(value, list) else value
-        return [cause("FieldValueInvalid", f"Invalid value: {quote(shown)}: {field} in body {msg}", field)]
+        count = len(value) if kind == "minItems" and isinstance(value, list) else value
+        return [cause("FieldValueInvalid", f"Invalid value: {quote(count)}: {shown} in body {msg}", field)]
     if kind == "maxLength":
         return [cause("FieldValueTooLong", f"Too long: may not be more than {arg} bytes", field)]
     if kind in ("maxItems", "maxProperties"):

@@ -119,23 +119,39 @@ def cause(reason: str, message: str, field: str) -> JsonObj:
     return {"reason": reason, "message": message, "field": field}
 
 
-def invalid(ref: ResourceRef, name: str, causes: list[JsonObj], *, kind_key: bool = True) -> ApiError:
-    """422 Invalid; the message lists `field: message` per cause, bracketed when there are several."""
-    parts = [f"{c['field']}: {c['message']}" for c in causes]
-    summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-    details = _details(ref, name, kind=ref.kind if kind_key else None)
+def _summary(causes: list[JsonObj]) -> str:
+    # Go's aggregate error drops repeated messages; the causes list keeps them.
+    parts = list(dict.fromkeys(f"{c['field']}: {c['message']}" for c in causes))
+    return parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+
+
+def invalid(
+    ref: ResourceRef, name: str, causes: list[JsonObj], *, by_plural: bool = False, group: bool = True
+) -> ApiError:
+    """422 Invalid; the message lists `field: message` per cause, bracketed when there are several.
+
+    Most answers name the Kind (`DeviceConfig.gpuop.dev`); a few (a CR update without a
+    resourceVersion) name the resource (`deviceconfigs.gpuop.dev`)."""
+    if by_plural:
+        label, kind = ref.qualified_plural, ref.plural
+    else:
+        label, kind = (ref.qualified_kind if group else ref.kind), ref.kind
+    details: JsonObj = {}
+    if name:
+        details["name"] = name
+    if ref.group and group:
+        details["group"] = ref.group
+    details["kind"] = kind
     details["causes"] = causes
-    return ApiError(422, "Invalid", f'{ref.qualified_kind} "{name}" is invalid: {summary}', details)
+    return ApiError(422, "Invalid", f'{label} "{name}" is invalid: {_summary(causes)}', details)
 
 
 def invalid_options(kind: str, causes: list[JsonObj]) -> ApiError:
     """422 on request options (DeleteOptions, ListOptions, CreateOptions, PatchOptions)."""
-    parts = [f"{c['field']}: {c['message']}" for c in causes]
-    summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     return ApiError(
         422,
         "Invalid",
-        f'{kind}.meta.k8s.io "" is invalid: {summary}',
+        f'{kind}.meta.k8s.io "" is invalid: {_summary(causes)}',
         {"group": "meta.k8s.io", "kind": kind, "causes": causes},
     )
 

@@ -17,6 +17,7 @@ import yaml
 from aiohttp import web
 
 from gpuop_sim.apiserver import controllers as ctrl
+from gpuop_sim.apiserver import events
 from gpuop_sim.apiserver.app import Router
 from gpuop_sim.apiserver.core import ApiCore, WriteOptions
 from gpuop_sim.apiserver.establish import CrdEstablisher
@@ -50,6 +51,8 @@ class SimApiServer:
         self._enabled = ctrl.resolve(controllers)
         self.registry = ResourceRegistry()
         self.store = Store(history_limit=history_limit)
+        self.store.mirrors[("", "events")] = (("events.k8s.io", "events"), events.core_to_v1)
+        self.store.mirrors[("events.k8s.io", "events")] = (("", "events"), events.v1_to_core)
         self.core = ApiCore(self.registry, self.store)
         self.faults = Faults()
         self._stats = RequestStats()

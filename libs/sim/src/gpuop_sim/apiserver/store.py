@@ -110,6 +110,8 @@ class Store:
         self._floor: dict[ResourceKey, int] = {}
         self._listeners: dict[ResourceKey, set[Listener]] = {}
         self._global_listeners: list[Listener] = []
+        # Two APIs over one stored kind (core and events.k8s.io Events): key -> (other key, convert).
+        self.mirrors: dict[ResourceKey, tuple[ResourceKey, Callable[[JsonObj], JsonObj]]] = {}
 
     # ---------------------------------------------------------------- tables
     def ensure_table(self, key: ResourceKey) -> dict[ObjKey, Stored]:
@@ -151,11 +153,9 @@ class Store:
         prev = table.get(ok)
         stored = Stored(obj)
         table[ok] = stored
-        self._emit(
-            Event(
-                "ADDED" if created else "MODIFIED", int(obj["metadata"]["resourceVersion"]), key, stored, prev
-            )
-        )
+        rv = int(obj["metadata"]["resourceVersion"])
+        self._emit(Event("ADDED" if created else "MODIFIED", rv, key, stored, prev))
+        self._mirror(key, ok, obj, rv, deleted=False)
         return stored
 
     def remove(self, key: ResourceKey, final: JsonObj) -> Stored:
@@ -164,8 +164,26 @@ class Store:
         ok = obj_key(final)
         prev = table.pop(ok, None)
         stored = Stored(final)
-        self._emit(Event("DELETED", int(final["metadata"]["resourceVersion"]), key, stored, prev))
+        rv = int(final["metadata"]["resourceVersion"])
+        self._emit(Event("DELETED", rv, key, stored, prev))
+        self._mirror(key, ok, final, rv, deleted=True)
         return stored
+
+    def _mirror(self, key: ResourceKey, ok: ObjKey, obj: JsonObj, rv: int, *, deleted: bool) -> None:
+        """Keep the twin view of a kind served by two APIs in step (same rv, converted body)."""
+        mirror = self.mirrors.get(key)
+        if mirror is None:
+            return
+        other, convert = mirror
+        table = self.ensure_table(other)
+        prev = table.pop(ok, None) if deleted else table.get(ok)
+        twin = Stored(convert(obj))
+        if deleted:
+            if prev is not None:
+                self._emit(Event("DELETED", rv, other, twin, prev))
+            return
+        table[ok] = twin
+        self._emit(Event("ADDED" if prev is None else "MODIFIED", rv, other, twin, prev))
 
     def _emit(self, event: Event) -> None:
         hist = self._history[event.resource]
