@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
-from gpuop_common.shutdown import Stopping, run_periodic
+from gpuop_common.settings import AgentSettings
+from gpuop_common.shutdown import ServiceContext, Stopping, run_periodic, run_service
 
 SERVICE = textwrap.dedent(
     """
@@ -192,3 +196,45 @@ def test_run_periodic_once_reports_failure() -> None:
 
     assert run_periodic(failing, interval=60, stopping=Stopping(), once=True) == 1
     assert run_periodic(lambda: None, interval=60, stopping=Stopping(), once=True) == 0
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_run_service_returns_mains_exit_code_and_serves_probes(restore_logging: None) -> None:
+    seen: dict[str, object] = {}
+
+    def main(ctx: ServiceContext[AgentSettings]) -> int:
+        ctx.probes.set_ready(True)
+        with urllib.request.urlopen(f"{ctx.probes.url}/readyz", timeout=5) as response:
+            seen["readyz"] = response.status
+        seen["node"] = ctx.settings.node_name
+        return 3
+
+    argv = ["--bind-address", "127.0.0.1", "--probe-port", "0", "--node-name", "n1"]
+    assert run_service(AgentSettings, main, service="example", argv=argv) == 3
+    assert seen == {"readyz": 200, "node": "n1"}
+
+
+def test_run_service_reports_a_crashing_main(restore_logging: None) -> None:
+    def main(_ctx: ServiceContext[AgentSettings]) -> None:
+        raise RuntimeError("bug")
+
+    argv = ["--bind-address", "127.0.0.1", "--probe-port", "0"]
+    assert run_service(AgentSettings, main, service="example", argv=argv) == 1
+
+
+def test_run_service_fails_cleanly_when_the_probe_port_is_taken(restore_logging: None) -> None:
+    called = []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        argv = ["--bind-address", "127.0.0.1", "--probe-port", str(taken.getsockname()[1])]
+        assert run_service(AgentSettings, called.append, service="example", argv=argv) == 1
+    assert called == []
