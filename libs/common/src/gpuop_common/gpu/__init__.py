@@ -31,8 +31,8 @@ from gpuop_common.gpu.models import (
     MigDevice,
     PartitionHealth,
     PartitionState,
-    PciIds,
     PcieReading,
+    PciIds,
     TempSensor,
     Vendor,
 )

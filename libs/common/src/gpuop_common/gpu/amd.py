@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpuop_common.gpu.amd_inventory import AmdGpuSource, build_inventory
 from gpuop_common.gpu.amd_telemetry import read_ras, read_telemetry
+from gpuop_common.gpu.amd_topology import TopologyCache
 from gpuop_common.gpu.base import GpuBackend
 from gpuop_common.gpu.errors import (
     InvalidPartitionModeError,
@@ -59,10 +60,11 @@ class AmdSysfsBackend(GpuBackend):
     def __init__(self, host_root: Path | str = "/") -> None:
         self.root = Path(host_root)
         self._baseline: dict[str, _Baseline] | None = None
+        self._topology = TopologyCache()
 
     # inventory -----------------------------------------------------------------------------------
     def _inventory(self) -> list[tuple[GpuDevice, AmdGpuSource]]:
-        devices, sources = build_inventory(self.root)
+        devices, sources = build_inventory(self.root, self._topology)
         return list(zip(devices, sources, strict=True))
 
     def enumerate(self) -> list[GpuDevice]:

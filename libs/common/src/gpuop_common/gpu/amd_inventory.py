@@ -8,7 +8,14 @@ from pathlib import Path
 
 from gpuop_common.gpu import amd_ids
 from gpuop_common.gpu.amd_drm import DrmInventory, pci_device_dir, scan_drm
-from gpuop_common.gpu.amd_topology import LINK_PCIE, LINK_XGMI, KfdNode, group_by_gpu, read_topology
+from gpuop_common.gpu.amd_topology import (
+    LINK_PCIE,
+    LINK_XGMI,
+    KfdNode,
+    TopologyCache,
+    group_by_gpu,
+    read_topology,
+)
 from gpuop_common.gpu.models import (
     ComputePartition,
     GpuDevice,
@@ -155,16 +162,20 @@ def _driver_version(root: Path, device_dir: Path | None) -> str | None:
     return version
 
 
-def discover_sources(root: Path) -> tuple[list[AmdGpuSource], DrmInventory]:
-    groups = group_by_gpu(read_topology(root))
+def discover_sources(
+    root: Path, cache: TopologyCache | None = None
+) -> tuple[list[AmdGpuSource], DrmInventory]:
+    groups = group_by_gpu(cache.read(root) if cache is not None else read_topology(root))
     drm = scan_drm(root)
     bdfs = sorted(set(groups) | set(drm.pci))
     sources = [AmdGpuSource(b, pci_device_dir(root, b, drm), tuple(groups.get(b, ()))) for b in bdfs]
     return sources, drm
 
 
-def build_inventory(root: Path) -> tuple[list[GpuDevice], list[AmdGpuSource]]:
-    sources, drm = discover_sources(root)
+def build_inventory(
+    root: Path, cache: TopologyCache | None = None
+) -> tuple[list[GpuDevice], list[AmdGpuSource]]:
+    sources, drm = discover_sources(root, cache)
     ids = [_unique_id(s.device_dir, s.kfd_nodes, s.bdf) for s in sources]
     owner = {node.index: gpu_id for gpu_id, s in zip(ids, sources, strict=True) for node in s.kfd_nodes}
     driver = _driver_version(root, sources[0].device_dir) if sources else None

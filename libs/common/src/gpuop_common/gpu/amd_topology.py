@@ -189,3 +189,29 @@ def group_by_gpu(nodes: list[KfdNode]) -> dict[str, list[KfdNode]]:
     for members in groups.values():
         members.sort(key=lambda n: n.function)
     return groups
+
+
+class TopologyCache:
+    """Re-parses KFD only when it changed: the kernel bumps `generation_id` on every rebuild.
+
+    The key also holds the node-dir listing, so a vanished node is seen even without a bump; a
+    topology without `generation_id` (some captures) is parsed on every call.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[str, tuple[str, ...]] | None = None
+        self._nodes: list[KfdNode] = []
+
+    def read(self, root: Path) -> list[KfdNode]:
+        topology = root / KFD_TOPOLOGY
+        try:
+            generation = (topology / "generation_id").read_text().strip()
+            listing = tuple(sorted(p.name for p in (topology / "nodes").iterdir()))
+        except OSError:
+            self._key = None
+            return read_topology(root)
+        key = (generation, listing)
+        if key != self._key:
+            self._nodes = read_topology(root)
+            self._key = key
+        return self._nodes

@@ -141,6 +141,10 @@ def set_kfd_property(root: Path, node_index: int, key: str, value: int) -> None:
         raise FaultError(f"{path} has no key {key!r}")
     props[key] = value
     path.write_text("".join(f"{k} {v}\n" for k, v in props.items()))
+    # The kernel rebuilds the topology (and bumps generation_id) whenever node properties change.
+    generation = root / KFD_TOPOLOGY / "generation_id"
+    if generation.exists():
+        generation.write_text(f"{int(generation.read_text().strip() or 0) + 1}\n")
 
 
 def inject_xid(
