@@ -102,6 +102,7 @@ def test_help_lists_every_common_flag(capsys: pytest.CaptureFixture[str]) -> Non
     ):
         assert flag in out
     assert "Seconds between passes of the main loop." in out
+    assert "GPUOP_PROBE_PORT" in out
 
 
 def test_wrong_type_names_flag_and_env(capsys: pytest.CaptureFixture[str]) -> None:

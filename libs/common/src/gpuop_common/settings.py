@@ -184,6 +184,7 @@ def parse_settings(settings_cls: type[S], argv: Sequence[str] | None = None, pro
         cli_kebab_case=True,
         cli_implicit_flags=True,
         cli_hide_none_type=True,
+        cli_show_env_vars=True,
     )
     try:
         return settings_cls(_cli_settings_source=cli_source(args=args))
