@@ -405,8 +405,8 @@ class FakeNvml:
         major, minor = self._gpu(handle, "nvmlDeviceGetCudaComputeCapability").compute_capability
         return (major, minor)
 
-    def nvmlDeviceGetArchitecture(self, handle: _Handle) -> int:  # noqa: N802
-        return self._gpu(handle, "nvmlDeviceGetArchitecture").architecture
+    def nvmlDeviceGetArchitecture(self, device: _Handle) -> int:  # noqa: N802
+        return self._gpu(device, "nvmlDeviceGetArchitecture").architecture
 
     def nvmlDeviceGetMinorNumber(self, handle: _Handle) -> int:  # noqa: N802
         return self._gpu(handle, "nvmlDeviceGetMinorNumber", mig_ok=False).minor_number
@@ -420,25 +420,25 @@ class FakeNvml:
     def nvmlDeviceGetNumaNodeId(self, handle: _Handle) -> int:  # noqa: N802
         return self._gpu(handle, "nvmlDeviceGetNumaNodeId").numa_node
 
-    def nvmlDeviceGetAttributes(self, handle: _Handle) -> _Attributes:  # noqa: N802
-        gpu = self._gpu(handle, "nvmlDeviceGetAttributes")
-        if handle.mig_slot is None:
+    def nvmlDeviceGetAttributes(self, device: _Handle) -> _Attributes:  # noqa: N802
+        gpu = self._gpu(device, "nvmlDeviceGetAttributes")
+        if device.mig_slot is None:
             return _Attributes(gpu.multiprocessor_count, 7, 7, 0, 7, 1, 8, 8, gpu.memory_total >> 20)
-        mig = self._mig(handle, "nvmlDeviceGetAttributes")
+        mig = self._mig(device, "nvmlDeviceGetAttributes")
         return _Attributes(
             mig.multiprocessor_count, 1, 1, 0, 1, 0, mig.gi_slices, mig.ci_slices, mig.memory_total >> 20
         )
 
     # MIG ---------------------------------------------------------------------------------------
-    def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:  # noqa: N802
-        gpu = self._gpu(handle, "nvmlDeviceGetMigMode", mig_ok=False)
+    def nvmlDeviceGetMigMode(self, device: _Handle) -> list[int]:  # noqa: N802
+        gpu = self._gpu(device, "nvmlDeviceGetMigMode", mig_ok=False)
         if not gpu.mig_capable:
             raise _fail(NVML_ERROR_NOT_SUPPORTED)
         return [gpu.mig_current, gpu.mig_pending]
 
-    def nvmlDeviceSetMigMode(self, handle: _Handle, mode: int) -> int:  # noqa: N802
+    def nvmlDeviceSetMigMode(self, device: _Handle, mode: int) -> int:  # noqa: N802
         with self._lock:
-            gpu = self._gpu(handle, "nvmlDeviceSetMigMode", mig_ok=False)
+            gpu = self._gpu(device, "nvmlDeviceSetMigMode", mig_ok=False)
             if not gpu.mig_capable:
                 raise _fail(NVML_ERROR_NOT_SUPPORTED)
             if mode not in (NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE):
@@ -450,34 +450,34 @@ class FakeNvml:
             self._save()
         return NVML_SUCCESS
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: _Handle) -> int:  # noqa: N802
-        gpu = self._gpu(handle, "nvmlDeviceGetMaxMigDeviceCount", mig_ok=False)
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: _Handle) -> int:  # noqa: N802
+        gpu = self._gpu(device, "nvmlDeviceGetMaxMigDeviceCount", mig_ok=False)
         return _MAX_MIG_DEVICES if gpu.mig_capable else 0
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, index: int) -> _Handle:  # noqa: N802
-        gpu = self._gpu(handle, "nvmlDeviceGetMigDeviceHandleByIndex", mig_ok=False)
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: _Handle, index: int) -> _Handle:  # noqa: N802
+        gpu = self._gpu(device, "nvmlDeviceGetMigDeviceHandleByIndex", mig_ok=False)
         if gpu.mig_current != NVML_DEVICE_MIG_ENABLE:
             raise _fail(NVML_ERROR_INVALID_ARGUMENT)
         if not any(m.slot == index for m in gpu.mig_devices):
             raise _fail(NVML_ERROR_NOT_FOUND)
-        return _Handle(handle.index, int(index))
+        return _Handle(device.index, int(index))
 
-    def nvmlDeviceIsMigDeviceHandle(self, handle: _Handle) -> int:  # noqa: N802
-        return 1 if handle.mig_slot is not None else 0
+    def nvmlDeviceIsMigDeviceHandle(self, device: _Handle) -> int:  # noqa: N802
+        return 1 if device.mig_slot is not None else 0
 
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: _Handle) -> _Handle:  # noqa: N802
-        self._mig(handle, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
-        return _Handle(handle.index)
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: _Handle) -> _Handle:  # noqa: N802, N803
+        self._mig(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        return _Handle(migDevice.index)
 
-    def nvmlDeviceGetGpuInstanceId(self, handle: _Handle) -> int:  # noqa: N802
-        if handle.mig_slot is None:
+    def nvmlDeviceGetGpuInstanceId(self, device: _Handle) -> int:  # noqa: N802
+        if device.mig_slot is None:
             raise _fail(NVML_ERROR_INVALID_ARGUMENT)
-        return self._mig(handle, "nvmlDeviceGetGpuInstanceId").gpu_instance_id
+        return self._mig(device, "nvmlDeviceGetGpuInstanceId").gpu_instance_id
 
-    def nvmlDeviceGetComputeInstanceId(self, handle: _Handle) -> int:  # noqa: N802
-        if handle.mig_slot is None:
+    def nvmlDeviceGetComputeInstanceId(self, device: _Handle) -> int:  # noqa: N802
+        if device.mig_slot is None:
             raise _fail(NVML_ERROR_INVALID_ARGUMENT)
-        return self._mig(handle, "nvmlDeviceGetComputeInstanceId").compute_instance_id
+        return self._mig(device, "nvmlDeviceGetComputeInstanceId").compute_instance_id
 
     # telemetry ---------------------------------------------------------------------------------
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:  # noqa: N802
