@@ -95,7 +95,8 @@ class LeaderElector:
                 log.debug("lost the race for the lease", extra={"lease": self.lease.name})
             else:
                 log.warning(
-                    "lease update failed", extra={"lease": self.lease.name, "error": f"{type(exc).__name__}"}
+                    "lease update failed",
+                    extra={"lease": self.lease.name, "status": status, "error": type(exc).__name__},
                 )
             return False
 
@@ -122,8 +123,8 @@ class LeaderElector:
         now = _now()
         transitions = spec.lease_transitions or 0
         acquired = spec.acquire_time
-        if holder != self.lease.identity:
-            transitions += 1 if holder else 0
+        if holder != self.lease.identity:  # a new holder, also after a release (as client-go counts)
+            transitions += 1
             acquired = now
         current.spec = client.V1LeaseSpec(
             holder_identity=self.lease.identity,
