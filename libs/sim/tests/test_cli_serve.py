@@ -1,0 +1,103 @@
+"""`gpuop-sim serve` as a user runs it: a subprocess, its JSON line, real kubectl, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from gpuop_sim.binaries import find_binary
+
+GPUOP_SIM = Path(sys.executable).parent / "gpuop-sim"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # Node roots hold unix sockets: keep the path far below the 107-byte limit.
+    path = Path(tempfile.mkdtemp(prefix="gs-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_serve_prints_ready_line_kubectl_lists_nodes_and_sigterm_exits_cleanly(short_dir: Path) -> None:
+    kubeconfig = short_dir / "kc"
+    proc = subprocess.Popen(
+        [
+            str(GPUOP_SIM),
+            "serve",
+            "--amd-nodes",
+            "2",
+            "--nvidia-nodes",
+            "1",
+            "--pods",
+            "process",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--state-dir",
+            str(short_dir / "state"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else ""
+        ready = json.loads(line)
+        assert ready["kubeconfig"] == str(kubeconfig)
+        assert ready["url"] == f"http://127.0.0.1:{ready['port']}"
+        assert set(ready["nodes"]) == {"amd-0", "amd-1", "nvidia-0"}
+        for root in ready["nodes"].values():
+            assert Path(root).is_dir()
+
+        kubectl = find_binary("kubectl")
+        listed = subprocess.run(
+            [str(kubectl), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o", "name"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert sorted(listed.stdout.split()) == ["node/amd-0", "node/amd-1", "node/nvidia-0"]
+        children = psutil.Process(proc.pid).children(recursive=True)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 0
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["serve", "--amd-nodes", "-1"], "must be 0 or more"),
+        (["serve", "--pods", "docker"], "invalid choice"),
+        (["serve", "--profiles", "amd-mi999"], "unknown profile(s) amd-mi999"),
+        (["serve", "--port", "70000"], "not a TCP port"),
+        ([], "COMMAND"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_message(args: list[str], message: str) -> None:
+    done = subprocess.run([str(GPUOP_SIM), *args], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_help_describes_serve() -> None:
+    done = subprocess.run(
+        [str(GPUOP_SIM), "serve", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0
+    for flag in ("--amd-nodes", "--nvidia-nodes", "--pods", "--kubeconfig", "--state-dir", "--port"):
+        assert flag in done.stdout
