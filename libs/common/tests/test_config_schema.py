@@ -136,7 +136,9 @@ PATTERN_PATHS = [path for path, node in _leaf_paths("string") if "pattern" in no
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(st.sampled_from(PATTERN_PATHS), st.text(max_size=40))
+# Python's `re` (used by jsonschema) lets `$` match before a final newline; RE2 (the apiserver) and
+# pydantic's regex engine do not, so such strings are left out of the comparison.
+@given(st.sampled_from(PATTERN_PATHS), st.text(max_size=40).filter(lambda text: not text.endswith("\n")))
 def test_patterns_agree_with_model(path: str, value: str) -> None:
     data = _with(path, value)
     assert _model_accepts(data) == _schema_accepts(data), (path, value)
