@@ -29,6 +29,11 @@ def _error_of(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     return err
 
 
+def test_base_settings_have_an_interval() -> None:
+    assert parse_settings(AgentSettings, []).interval == 30.0
+    assert parse_settings(AgentSettings, ["--interval", "2.5"]).interval == 2.5
+
+
 def test_defaults() -> None:
     settings = parse_settings(ExampleSettings, [])
     assert settings.host_root == Path("/")

@@ -104,6 +104,9 @@ class AgentSettings(BaseSettings):
     )
     config: Path | None = Field(None, description="Settings file (YAML or JSON); CLI and env win over it.")
     once: bool = Field(False, description="Do one pass of the main loop and exit.")
+    interval: float = Field(
+        30.0, gt=0, le=86400, description="Seconds between passes of the main loop (services may override)."
+    )
     dry_run: bool = Field(False, description="Compute and log changes without writing them.")
     log_level: LogLevel = Field("info", description="Minimum level of log records to emit.")
     bind_address: str = Field(
