@@ -1,0 +1,195 @@
+"""Pure translation of pod specs to local processes, and the kubelet's on-disk volume layout."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpuop_sim.workloads.simkubelet.podspec import (
+    ContainerConfigError,
+    PodContext,
+    build_env,
+    container_mounts,
+    image_script_name,
+    resolve_argv,
+    rewrite_path,
+    volume_dirs,
+)
+from gpuop_sim.workloads.simkubelet.status import ContainerState, pod_status
+from gpuop_sim.workloads.simkubelet.volumes import DATA_LINK, write_atomic_dir
+
+
+@pytest.mark.parametrize(
+    ("image", "script"),
+    [
+        ("ghcr.io/gpuop/gpuop-device-plugin:0.1.0", "gpuop-device-plugin"),
+        ("gpuop-node-labeller", "gpuop-node-labeller"),
+        ("localhost:5000/gpuop/gpuop-operator@sha256:abc", "gpuop-operator"),
+        ("registry:5000/x/y:1.2@sha256:abc", "y"),
+    ],
+)
+def test_image_maps_to_its_last_path_element(image: str, script: str) -> None:
+    assert image_script_name(image) == script
+
+
+@pytest.fixture
+def scripts(tmp_path: Path) -> Path:
+    for name in ("gpuop-device-plugin", "gpuop-operator"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+    return tmp_path
+
+
+def test_resolve_uses_the_image_script_with_args(scripts: Path) -> None:
+    resolved = resolve_argv({"image": "ghcr.io/gpuop/gpuop-device-plugin:1", "args": ["--once"]}, scripts)
+    assert resolved.program == [str(scripts / "gpuop-device-plugin")]
+    assert resolved.args == ["--once"]
+
+
+def test_resolve_prefers_a_command_that_is_a_script(scripts: Path) -> None:
+    container = {
+        "image": "ghcr.io/gpuop/gpuop-device-plugin:1",
+        "command": ["gpuop-operator", "run"],
+        "args": ["-v"],
+    }
+    resolved = resolve_argv(container, scripts)
+    assert resolved.program == [str(scripts / "gpuop-operator")]
+    assert resolved.args == ["run", "-v"]
+
+
+def test_resolve_override_table_keeps_its_program_apart_from_pod_args(scripts: Path) -> None:
+    overrides = {"test/echo": ["/usr/bin/python3", "/opt/echo.py"]}
+    resolved = resolve_argv({"image": "test/echo:2", "args": ["--x=/host"]}, scripts, overrides)
+    assert resolved.program == ["/usr/bin/python3", "/opt/echo.py"]
+    assert resolved.args == ["--x=/host"]
+
+
+def test_unknown_image_is_a_pull_error_naming_the_image(scripts: Path) -> None:
+    with pytest.raises(ContainerConfigError) as caught:
+        resolve_argv({"image": "docker.io/library/busybox:1"}, scripts)
+    assert caught.value.reason == "ErrImagePull"
+    assert "busybox" in caught.value.message
+
+
+def test_command_that_is_not_a_script_cannot_run(scripts: Path) -> None:
+    with pytest.raises(ContainerConfigError) as caught:
+        resolve_argv({"image": "gpuop-operator:1", "command": ["/bin/sh", "-c", "x"]}, scripts)
+    assert caught.value.reason == "RunContainerError"
+
+
+CTX = PodContext("amd-0", "127.10.0.1", Path("/state/kubeconfig"), {"GPUOP_HOST_ROOT": "/state/nodes/amd-0"})
+POD: dict[str, Any] = {
+    "metadata": {"name": "p", "namespace": "gpuop", "uid": "u1", "labels": {"app": "x"}},
+    "spec": {"nodeName": "amd-0"},
+}
+
+
+def test_env_resolves_downward_api_configmaps_secrets_and_injects_node_facts() -> None:
+    container = {
+        "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
+        "env": [
+            {"name": "A", "value": "1"},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+            {"name": "S", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "k"}}},
+            {
+                "name": "MISSING_OK",
+                "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "nope", "optional": True}},
+            },
+            {"name": "NODE_NAME", "value": "overridden-by-the-sim"},
+        ],
+    }
+    configmaps = {"gpuop/cm": {"data": {"level": "debug"}}}
+    secrets = {"gpuop/sec": {"data": {"k": base64.b64encode(b"v").decode()}}}
+    env = build_env(container, POD, CTX, configmaps, secrets)
+    assert env["A"] == "1"
+    assert env["NODE"] == "amd-0"
+    assert env["APP"] == "x"
+    assert env["IP"] == "127.10.0.1"
+    assert env["S"] == "v"
+    assert env["CM_level"] == "debug"
+    assert "MISSING_OK" not in env
+    assert env["NODE_NAME"] == env["GPUOP_NODE_NAME"] == "amd-0"
+    assert env["GPUOP_BIND_ADDRESS"] == "127.10.0.1"
+    assert env["GPUOP_KUBECONFIG"] == "/state/kubeconfig"
+    assert env["GPUOP_HOST_ROOT"] == "/state/nodes/amd-0"
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        {"configMapKeyRef": {"name": "absent", "key": "k"}},
+        {"secretKeyRef": {"name": "sec", "key": "absent"}},
+        {"fieldRef": {"fieldPath": "spec.unknownField"}},
+    ],
+)
+def test_env_reference_that_cannot_resolve_is_a_config_error(ref: dict[str, Any]) -> None:
+    container = {"env": [{"name": "X", "valueFrom": ref}]}
+    with pytest.raises(ContainerConfigError) as caught:
+        build_env(container, POD, CTX, {}, {"gpuop/sec": {"data": {}}})
+    assert caught.value.reason == "CreateContainerConfigError"
+
+
+def test_volumes_map_to_node_root_or_pod_dirs_and_paths_are_rewritten(tmp_path: Path) -> None:
+    pod = {
+        "spec": {
+            "volumes": [
+                {"name": "host", "hostPath": {"path": "/"}},
+                {"name": "sys", "hostPath": {"path": "/sys"}},
+                {"name": "cfg", "configMap": {"name": "c"}},
+            ]
+        }
+    }
+    dirs = volume_dirs(pod, tmp_path / "root", tmp_path / "pod")
+    assert dirs == {
+        "host": tmp_path / "root",
+        "sys": tmp_path / "root/sys",
+        "cfg": tmp_path / "pod/volumes/cfg",
+    }
+    container = {
+        "volumeMounts": [
+            {"name": "host", "mountPath": "/host"},
+            {"name": "sys", "mountPath": "/host/sys"},
+            {"name": "cfg", "mountPath": "/etc/gpuop/"},
+        ]
+    }
+    mounts = container_mounts(container, dirs)
+    assert rewrite_path("--host-root=/host", mounts) == f"--host-root={tmp_path / 'root'}"
+    assert rewrite_path("/host/sys/class/drm", mounts) == f"{tmp_path / 'root/sys'}/class/drm"
+    assert (
+        rewrite_path("--config=/etc/gpuop/config.yaml", mounts)
+        == f"--config={tmp_path / 'pod/volumes/cfg'}/config.yaml"
+    )
+    assert rewrite_path("/hostname", mounts) == "/hostname"  # only whole path components match
+    assert rewrite_path("--verbose", mounts) == "--verbose"
+    with pytest.raises(ContainerConfigError):
+        container_mounts({"volumeMounts": [{"name": "nope", "mountPath": "/x"}]}, dirs)
+
+
+def test_configmap_volume_updates_swap_the_data_link_atomically(tmp_path: Path) -> None:
+    target = tmp_path / "cfg"
+    assert write_atomic_dir(target, {"config.yaml": b"a: 1\n", "extra": b"x"})
+    first = os.readlink(target / DATA_LINK)
+    assert (target / "config.yaml").read_bytes() == b"a: 1\n"
+    assert os.readlink(target / "config.yaml") == f"{DATA_LINK}/config.yaml"
+    assert not write_atomic_dir(target, {"config.yaml": b"a: 1\n", "extra": b"x"})  # unchanged: no swap
+    assert write_atomic_dir(target, {"config.yaml": b"a: 2\n"})
+    assert os.readlink(target / DATA_LINK) != first
+    assert not (target / first).exists()  # the old data dir is gone
+    assert (target / "config.yaml").read_bytes() == b"a: 2\n"
+    assert not (target / "extra").exists()  # a removed key loses its link
+
+
+def test_pod_status_is_ready_only_when_running_and_every_container_is_ready() -> None:
+    ready = ContainerState("a", "img", state="running", ready=True)
+    waiting = ContainerState("b", "img")
+    status = pod_status("Running", [ready, waiting], "127.10.0.1", "t0", "t1")
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions["Ready"] == "False"
+    assert status["podIP"] == status["hostIP"] == "127.10.0.1"
+    status = pod_status("Running", [ready], "127.10.0.1", "t0", "t1")
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+    assert status["containerStatuses"][0]["state"] == {"running": {"startedAt": ""}}
