@@ -144,3 +144,11 @@ def test_gpu_without_partition_files_is_not_partitionable(gpu_node_root):
         backend.set_partition_mode(gpu_id, "CPX")
     with pytest.raises(PartitionNotSupportedError):
         backend.get_partition_mode(gpu_id)
+
+
+def test_host_root_without_dev_is_not_a_health_failure(gpu_node_root):
+    info = gpu_node_root("amd-mi210x8")
+    for path in sorted((info.root / "dev").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    backend = AmdSysfsBackend(info.root)
+    assert all(h.healthy for h in backend.health())

@@ -113,3 +113,14 @@ def test_hwmon_dir_gone_is_one_error_not_a_crash(gpu_node_root):
     assert reading.temperatures_c == {} and reading.power_w is None
     assert any(e.field == "hwmon" and e.kind is FieldErrorKind.MISSING for e in reading.errors)
     assert reading.vram_total_bytes == 48 * 1024**3
+
+
+def test_hwmon_that_is_not_a_directory_is_reported(gpu_node_root, caplog):
+    info = gpu_node_root("amd-mi210x8")
+    hwmon = _dev(info, info.pci_addresses[0]) / "hwmon"
+    shutil.rmtree(hwmon)
+    hwmon.write_text("not a dir\n")
+    with caplog.at_level(logging.WARNING):
+        reading = AmdSysfsBackend(info.root).telemetry()[0]
+    assert any(e.field == "hwmon" for e in reading.errors)
+    assert any("hwmon" in r.getMessage() for r in caplog.records)

@@ -16,6 +16,7 @@ from gpuop_common.gpu.errors import (
     PartitionWriteError,
 )
 from gpuop_common.gpu.models import (
+    FieldErrorKind,
     GpuDevice,
     GpuHealth,
     GpuTelemetry,
@@ -37,6 +38,9 @@ class _Baseline:
     bdf: str
     render_minors: dict[str, int]  # partition id (or GPU id) -> KFD render minor
     ras_ue: dict[str, int] = field(default_factory=dict)
+    # Only device nodes that existed at the start count as "gone" later: an agent whose host root
+    # has no /dev mounted must not report every GPU unhealthy.
+    device_nodes: set[str] = field(default_factory=set)
 
 
 def split_mode(mode: str) -> tuple[str | None, str | None]:
@@ -75,7 +79,9 @@ class AmdSysfsBackend(GpuBackend):
         minors = {p.id: p.render_minor for p in gpu.partitions}
         if not minors and gpu.render_minor is not None and source.kfd_nodes:
             minors[gpu.id] = gpu.render_minor
-        return _Baseline(gpu.pci_address, minors, self._ras_ue(gpu.id, source))
+        nodes = set(gpu.device_nodes) | {n for p in gpu.partitions for n in p.device_nodes}
+        present = {n for n in nodes if (self.root / n.lstrip("/")).exists()}
+        return _Baseline(gpu.pci_address, minors, self._ras_ue(gpu.id, source), present)
 
     def _ras_ue(self, gpu_id: str, source: AmdGpuSource) -> dict[str, int]:
         if source.device_dir is None:
@@ -108,11 +114,11 @@ class AmdSysfsBackend(GpuBackend):
                 results.append(self._check(gpu, source, self._baseline[gpu_id]))
         return results
 
-    def _missing_nodes(self, nodes: tuple[str, ...]) -> list[HealthReason]:
+    def _missing_nodes(self, nodes: tuple[str, ...], base: _Baseline) -> list[HealthReason]:
         return [
             HealthReason("device_node_missing", f"device node {node} is gone", node)
             for node in nodes
-            if not (self.root / node.lstrip("/")).exists()
+            if node in base.device_nodes and not (self.root / node.lstrip("/")).exists()
         ]
 
     def _check(self, gpu: GpuDevice, source: AmdGpuSource, base: _Baseline) -> GpuHealth:
@@ -127,14 +133,14 @@ class AmdSysfsBackend(GpuBackend):
                         "gfx_target_version_zero", "KFD reports gfx_target_version 0", str(node.path)
                     )
                 )
-        reasons.extend(self._missing_nodes(gpu.device_nodes))
+        reasons.extend(self._missing_nodes(gpu.device_nodes, base))
         reasons.extend(self._ras_reasons(gpu.id, source, base))
         parts: list[PartitionHealth] = []
         for part in gpu.partitions:
             own: list[HealthReason] = []
             if part.render_minor not in kfd_minors:
                 own.append(HealthReason("kfd_node_vanished", f"partition {part.id} has no KFD node"))
-            own.extend(self._missing_nodes(part.device_nodes))
+            own.extend(self._missing_nodes(part.device_nodes, base))
             parts.append(PartitionHealth(part.id, tuple(own)))
         current_ids = {p.id for p in gpu.partitions}
         for pid, minor in base.render_minors.items():
@@ -167,7 +173,12 @@ class AmdSysfsBackend(GpuBackend):
         result: list[GpuTelemetry] = []
         for gpu, source in self._inventory():
             xgmi_peers = sum(1 for link in gpu.links if link.link_type == LinkType.XGMI and link.hops == 1)
-            result.append(read_telemetry(gpu.id, source, xgmi_peers if source.kfd_nodes else None))
+            try:
+                result.append(read_telemetry(gpu.id, source, xgmi_peers if source.kfd_nodes else None))
+            except OSError as exc:  # a dir that vanished or turned unreadable mid-read
+                reader = FieldReader(gpu.id)
+                reader.fail("device", FieldErrorKind.UNREADABLE, str(source.device_dir), str(exc))
+                result.append(GpuTelemetry(gpu_id=gpu.id, errors=tuple(reader.errors)))
         return result
 
     # partitions ----------------------------------------------------------------------------------

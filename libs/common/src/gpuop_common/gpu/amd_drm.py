@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuop_common.gpu.sysfs import parse_hex, read_optional
+from gpuop_common.gpu.sysfs import list_dir, parse_hex, read_optional
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,7 @@ def scan_drm(root: Path) -> DrmInventory:
     """All amdgpu DRM nodes under the host root; NVIDIA (or other) cards are left out."""
     inventory = DrmInventory()
     drm_dir = root / DRM_CLASS
-    if not drm_dir.is_dir():
-        return inventory
-    for entry in sorted(drm_dir.iterdir()):
+    for entry in list_dir(drm_dir):
         match = _NODE.match(entry.name)
         if match is None:
             continue

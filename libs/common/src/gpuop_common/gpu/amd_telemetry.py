@@ -8,6 +8,7 @@ from gpuop_common.gpu.amd_inventory import AmdGpuSource
 from gpuop_common.gpu.models import EccCounts, FieldErrorKind, GpuTelemetry, PcieReading, TempSensor
 from gpuop_common.gpu.sysfs import (
     FieldReader,
+    list_dir,
     parse_dpm,
     parse_int,
     parse_link_speed,
@@ -26,10 +27,7 @@ _TEMP_LABELS = {"edge": TempSensor.EDGE, "junction": TempSensor.JUNCTION, "mem":
 
 def find_hwmon(device_dir: Path) -> Path | None:
     """The amdgpu hwmon dir: the index K is global and unstable, so match on `name`."""
-    base = device_dir / "hwmon"
-    if not base.is_dir():
-        return None
-    for entry in sorted(base.iterdir()):
+    for entry in list_dir(device_dir / "hwmon"):
         if read_optional(entry / "name", str) == "amdgpu":
             return entry
     return None

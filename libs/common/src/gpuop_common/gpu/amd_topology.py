@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuop_common.gpu.errors import SysfsReadError
-from gpuop_common.gpu.sysfs import parse_int, parse_properties, read_parsed
+from gpuop_common.gpu.sysfs import list_dir, parse_int, parse_properties, read_parsed
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +86,8 @@ def bdf_from_location(domain: int, location_id: int) -> str:
 
 def _read_links(node_dir: Path, sub: str) -> tuple[KfdLink, ...]:
     links: list[KfdLink] = []
-    base = node_dir / sub
-    if not base.is_dir():
-        return ()
-    for link_dir in sorted(base.iterdir(), key=lambda p: (not p.name.isdigit(), p.name.zfill(6))):
+    entries = list_dir(node_dir / sub)
+    for link_dir in sorted(entries, key=lambda p: (not p.name.isdigit(), p.name.zfill(6))):
         try:
             props = read_parsed(link_dir / "properties", parse_properties)
         except SysfsReadError as exc:
@@ -111,11 +109,8 @@ def _read_links(node_dir: Path, sub: str) -> tuple[KfdLink, ...]:
 
 
 def _vram_bank(node_dir: Path) -> int | None:
-    banks = node_dir / "mem_banks"
-    if not banks.is_dir():
-        return None
     total = 0
-    for bank in sorted(banks.iterdir()):
+    for bank in list_dir(node_dir / "mem_banks"):
         try:
             props = read_parsed(bank / "properties", parse_properties)
         except SysfsReadError as exc:
@@ -151,11 +146,8 @@ def read_node(node_dir: Path, index: int) -> KfdNode | None:
 
 def read_topology(root: Path) -> list[KfdNode]:
     """All readable KFD nodes under the host root, in node-index order; [] when KFD is absent."""
-    nodes_dir = root / KFD_TOPOLOGY / "nodes"
-    if not nodes_dir.is_dir():
-        return []
     nodes: list[KfdNode] = []
-    for entry in nodes_dir.iterdir():
+    for entry in list_dir(root / KFD_TOPOLOGY / "nodes"):
         if not entry.name.isdigit():
             continue
         node = read_node(entry, int(entry.name))

@@ -13,7 +13,7 @@ from gpuop_common.gpu.base import GpuBackend
 from gpuop_common.gpu.errors import GpuBackendError
 from gpuop_common.gpu.models import Vendor
 from gpuop_common.gpu.nvidia import NvmlBackend
-from gpuop_common.gpu.sysfs import parse_hex, read_optional
+from gpuop_common.gpu.sysfs import list_dir, parse_hex, read_optional
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +26,7 @@ VendorChoice = Literal["auto", "amd", "nvidia"]
 
 
 def _pci_gpus(root: Path, vendor_id: int) -> bool:
-    base = root / PCI_DEVICES
-    if not base.is_dir():
-        return False
-    for device in base.iterdir():
+    for device in list_dir(root / PCI_DEVICES):
         if read_optional(device / "vendor", parse_hex) != vendor_id:
             continue
         klass = read_optional(device / "class", parse_hex)

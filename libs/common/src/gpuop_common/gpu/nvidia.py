@@ -21,6 +21,7 @@ from gpuop_common.gpu.models import (
     GpuHealth,
     GpuTelemetry,
     HealthReason,
+    MigDevice,
     PartitionHealth,
     PartitionState,
     PcieReading,
@@ -55,7 +56,7 @@ class NvmlBackend(GpuBackend):
         self.unavailable_reason = ""
         self._nvml: Any = None
         self._event_set: Any = None
-        self._baseline: dict[str, int | None] | None = None  # uuid -> minor number
+        self._baseline: dict[str, str | None] | None = None  # uuid -> its /dev node if present at start
         self._xids: dict[str, list[HealthReason]] = {}
         self._init(nvml)
 
@@ -144,36 +145,47 @@ class NvmlBackend(GpuBackend):
         self._baseline = None
         self._xids.clear()
 
+    def _health_view(self) -> list[tuple[str, int | None, list[MigDevice]]]:
+        """(uuid, minor, MIG devices) per visible GPU; cheaper than enumerate() (no peer links)."""
+        inv = self._inv
+        view: list[tuple[str, int | None, list[MigDevice]]] = []
+        for gpu in inv.handles():
+            minor = inv.q("nvmlDeviceGetMinorNumber", gpu.handle)
+            state = inv.partition_state(gpu.handle)
+            migs = list(inv.mig_devices(gpu.handle, None, ())) if state and state.compute == "mig" else []
+            view.append((gpu.uuid, int(minor) if minor is not None else None, migs))
+        return view
+
     def health(self) -> list[GpuHealth]:
         if not self.available:
             return []
-        devices = self.enumerate()
+        view = self._health_view()
         if self._baseline is None:
-            self._baseline = {g.id: g.minor_number for g in devices}
-        for g in devices:
-            self._baseline.setdefault(g.id, g.minor_number)
+            self._baseline = {}
+        for uuid, minor, _ in view:
+            if uuid not in self._baseline:
+                node = f"/dev/nvidia{minor}" if minor is not None else None
+                # Only a node that existed at the start can be "gone" later (see AmdSysfsBackend).
+                exists = node is not None and (self.root / node.lstrip("/")).exists()
+                self._baseline[uuid] = node if exists else None
         migs = {
-            (g.id, m.gpu_instance_id or 0, m.compute_instance_id or 0): m.uuid
-            for g in devices
-            for m in g.mig_devices
+            (uuid, m.gpu_instance_id or 0, m.compute_instance_id or 0): m.uuid
+            for uuid, _, ms in view
+            for m in ms
         }
         self._drain_events(migs)
-        current = {g.id: g for g in devices}
+        current = {uuid: ms for uuid, _, ms in view}
         results: list[GpuHealth] = []
-        for uuid, minor in self._baseline.items():
+        for uuid, node in self._baseline.items():
             reasons = list(self._xids.get(uuid, ()))
-            gpu = current.get(uuid)
-            if gpu is None:
+            if uuid not in current:
                 reasons.append(HealthReason("device_lost", f"GPU {uuid} is no longer visible to NVML"))
             else:
                 reasons.extend(self._probe(uuid))
-                node = f"/dev/nvidia{minor}" if minor is not None else None
-                if node and not (self.root / node.lstrip("/")).exists():
+                if node is not None and not (self.root / node.lstrip("/")).exists():
                     reasons.append(HealthReason("device_node_missing", f"device node {node} is gone", node))
-            parts = (
-                tuple(PartitionHealth(m.uuid, tuple(self._xids.get(m.uuid, ()))) for m in gpu.mig_devices)
-                if gpu
-                else ()
+            parts = tuple(
+                PartitionHealth(m.uuid, tuple(self._xids.get(m.uuid, ()))) for m in current.get(uuid, ())
             )
             results.append(GpuHealth(uuid, tuple(reasons), parts))
         return results

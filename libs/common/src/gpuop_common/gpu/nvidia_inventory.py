@@ -46,7 +46,12 @@ class NvmlInventory:
 
     def handles(self) -> list[NvidiaGpuHandle]:
         result: list[NvidiaGpuHandle] = []
-        for index in range(int(self.nvml.nvmlDeviceGetCount())):
+        try:
+            count = int(self.nvml.nvmlDeviceGetCount())
+        except self.nvml.NVMLError as exc:
+            log.warning("NVML cannot count GPUs: %s", exc)
+            return result
+        for index in range(count):
             try:
                 handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = nc.text(self.nvml.nvmlDeviceGetUUID(handle))

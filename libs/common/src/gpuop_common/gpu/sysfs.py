@@ -47,6 +47,17 @@ def read_text(path: Path) -> str:
     return text
 
 
+def list_dir(path: Path) -> list[Path]:
+    """Entries of a sysfs dir, sorted; [] (with a warning) when it is absent or unreadable."""
+    try:
+        return sorted(path.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        log.warning("cannot list %s: %s", path, exc)
+        return []
+
+
 def parse_int(text: str) -> int:
     return int(text, 10)
 
