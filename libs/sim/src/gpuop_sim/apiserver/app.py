@@ -13,7 +13,7 @@ from gpuop_sim.apiserver import discovery, errors, ssa, tables
 from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
 from gpuop_sim.apiserver.decode import decode_body, field_validation
 from gpuop_sim.apiserver.errors import ApiError, cause
-from gpuop_sim.apiserver.faults import Faults, RequestStats, reason_for
+from gpuop_sim.apiserver.faults import Faults, RequestRecord, RequestStats, reason_for
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.store import dumps
 from gpuop_sim.apiserver.subresources import bind_pod, evict_pod, finalize_namespace
@@ -49,12 +49,24 @@ class Router:
     # ---------------------------------------------------------------- entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            return await self._handle(request)
+            response = await self._handle(request)
         except ApiError as exc:
-            return error_response(exc)
+            response = error_response(exc)
         except Exception:  # a simulator bug must answer 500, not kill the connection
             log.exception("internal error serving %s %s", request.method, request.path_qs)
-            return error_response(errors.internal("internal error in the simulated API server"))
+            response = error_response(errors.internal("internal error in the simulated API server"))
+        headers = request.headers
+        self.stats.log(
+            RequestRecord(
+                request.method,
+                request.path,
+                dict(request.query),
+                headers.get("Content-Type"),
+                headers.get("Accept"),
+                response.status,
+            )
+        )
+        return response
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"

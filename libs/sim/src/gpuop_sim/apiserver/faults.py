@@ -8,7 +8,7 @@ streams so clients must re-list or resume.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,12 +134,33 @@ class Faults:
         return Injected(0, delay)
 
 
-class RequestStats:
-    """Thread-safe counters of served requests by (verb, resource)."""
+@dataclass(frozen=True)
+class RequestRecord:
+    """One served request, in the shape of the golden transcripts' client captures."""
 
-    def __init__(self) -> None:
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str | None
+    accept: str | None
+    status: int
+
+
+class RequestStats:
+    """Thread-safe counters of served requests by (verb, resource), plus a bounded request log."""
+
+    def __init__(self, log_size: int = 5000) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[tuple[str, str]] = Counter()
+        self._log: deque[RequestRecord] = deque(maxlen=log_size)
+
+    def log(self, record: RequestRecord) -> None:
+        with self._lock:
+            self._log.append(record)
+
+    def requests(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self._log)
 
     def record(self, verb: str, resource: str) -> None:
         with self._lock:
@@ -152,3 +173,4 @@ class RequestStats:
     def reset(self) -> None:
         with self._lock:
             self._counts.clear()
+            self._log.clear()

@@ -21,7 +21,7 @@ from gpuop_sim.apiserver import events
 from gpuop_sim.apiserver.app import Router
 from gpuop_sim.apiserver.core import ApiCore, WriteOptions
 from gpuop_sim.apiserver.establish import CrdEstablisher
-from gpuop_sim.apiserver.faults import Faults, RequestStats
+from gpuop_sim.apiserver.faults import Faults, RequestRecord, RequestStats
 from gpuop_sim.apiserver.resources import ResourceRegistry
 from gpuop_sim.apiserver.store import Store
 from gpuop_sim.apiserver.watch import WatchHub
@@ -70,7 +70,7 @@ class SimApiServer:
     # ---------------------------------------------------------------- lifecycle
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.host}:{self.port or self._requested_port}"
 
     def start(self) -> SimApiServer:
         """Serve from a daemon thread; returns once the socket is listening."""
@@ -202,7 +202,12 @@ class SimApiServer:
         return self._stats.snapshot()
 
     def reset_stats(self) -> None:
+        """Zero the counters and clear the request log."""
         self._stats.reset()
+
+    def requests(self) -> list[RequestRecord]:
+        """The most recent served requests (method, path, query, Content-Type, Accept, status)."""
+        return self._stats.requests()
 
     def compact(self) -> None:
         """Forget the event history now, so older resourceVersions answer 410 Gone."""
