@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from gpuop_common.gpu.amd_topology import read_topology
 from gpuop_common.gpu.models import Vendor
 from gpuop_sim.nodes import PROFILES, UnknownProfileError, build_node_root
+from gpuop_sim.nodes.__main__ import main as nodes_main
 from gpuop_sim.nodes.captures import CAPTURE_NAMES, capture_files
 from gpuop_sim.nodes.nvml_state import load_state
 
@@ -99,3 +101,10 @@ def test_bad_arguments(tmp_path):
     (tmp_path / "busy" / "file").write_text("x")
     with pytest.raises(FileExistsError):
         build_node_root("cpu-only", tmp_path / "busy")
+
+
+def test_command_line_lays_a_root(tmp_path, capsys):
+    assert nodes_main(["amd-radeon", str(tmp_path / "r")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["gpu_count"] == 1 and printed["vendor"] == "amd"
+    assert nodes_main(["amd-radeon", str(tmp_path / "r")]) == 1  # not empty any more
