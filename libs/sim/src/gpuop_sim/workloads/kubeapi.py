@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuop_sim.workloads.objects import Obj
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+
+from gpuop_sim.workloads.objects import Obj
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 
-from gpuop_sim.workloads.objects import Obj, labels_of, name_of, spec_of, status_of
 from kubernetes.utils.quantity import parse_quantity as _untyped_parse_quantity
+
+from gpuop_sim.workloads.objects import Obj, labels_of, name_of, spec_of, status_of
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
