@@ -12,7 +12,7 @@ import pytest
 from gpuop_sim.nodes import fake_nvml
 from gpuop_sim.nodes.fake_nvml import FakeNvml
 
-FAKE_FUNCTIONS = sorted(n for n in vars(FakeNvml) if n.startswith("nvml"))
+FAKE_FUNCTIONS = sorted(n for n in dir(FakeNvml) if n.startswith("nvml"))
 BACKEND_SOURCES = [
     Path(gpu_pkg.__file__).with_name(n) for n in ("nvidia.py", "nvidia_inventory.py", "nvml_calls.py")
 ]
