@@ -139,6 +139,22 @@ class KubeRest:
         )
         return result
 
+    def replace_status(self, resource: Resource, obj: Obj, status: Obj) -> Obj:
+        """Write `status` to exactly this object: a same-named successor (other uid) gets 422, untouched."""
+        metadata = obj.get("metadata") or {}
+        patch = [
+            {"op": "test", "path": "/metadata/uid", "value": metadata.get("uid")},
+            {"op": "replace", "path": "/status", "value": status},
+        ]
+        return self.patch(
+            resource,
+            str(metadata.get("name")),
+            patch,
+            metadata.get("namespace"),
+            sub="status",
+            content_type=JSON_PATCH,
+        )
+
     def delete(
         self,
         resource: Resource,

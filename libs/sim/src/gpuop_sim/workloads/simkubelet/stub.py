@@ -92,7 +92,7 @@ class StubRunner:
         try:
             action(pod)
         except Exception as error:
-            if not is_status(error, 404, 409):
+            if not is_status(error, 404, 409, 422):
                 self._log.warning("stub kubelet: pod %s: %s", key, error)
         finally:
             with self._lock:
@@ -100,7 +100,7 @@ class StubRunner:
 
     def _run(self, pod: Obj) -> None:
         status = stub_status(pod, self.addresses[str(spec_of(pod).get("nodeName"))], utc_now())
-        self.rest.patch(PODS, name_of(pod), {"status": status}, namespace_of(pod), sub="status")
+        self.rest.replace_status(PODS, pod, status)
 
     def _delete(self, pod: Obj) -> None:
         self.rest.delete(

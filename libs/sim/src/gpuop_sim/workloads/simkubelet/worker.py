@@ -359,10 +359,11 @@ class PodWorker:
         if self._last_status is not None and comparable(self._last_status) == comparable(status):
             return
         try:
-            self.rest.patch(PODS, name_of(self.pod), {"status": status}, namespace_of(self.pod), sub="status")
+            self.rest.replace_status(PODS, self.pod, status)
             self._last_status = status
         except Exception as error:
-            if is_status(error, 404):
+            if is_status(error, 404, 422):
+                # Gone, or replaced by a pod of the same name: this worker has nothing left to run.
                 self._stop.set()
             else:
                 log.warning("pod %s: status update failed (%s)", name_of(self.pod), error)
