@@ -1,0 +1,88 @@
+"""Plain data the planning functions work on: nodes, operand pods, and the names written on nodes.
+
+The reconciler turns API objects into these (see `views`), so planning stays pure and testable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Rollout order (architecture.md section 4): a node gets a stage's deploy labels only once every
+# operand of the previous stage is Ready on it. The DRA driver takes the device plugin's place.
+STAGES: tuple[tuple[str, ...], ...] = (
+    ("driver",),
+    ("device-plugin", "dra-driver", "node-labeller"),
+    ("metrics-exporter",),
+    ("config-manager", "test-runner"),
+)
+# Operands whose service exists in this release; enabling any other section is reported Unsupported.
+SUPPORTED_SERVICES: frozenset[str] = frozenset({"device-plugin", "node-labeller", "metrics-exporter"})
+# Sections with no per-node DaemonSet (remediation acts on nodes, it is not deployed onto them).
+UNSTAGED_SERVICES: frozenset[str] = frozenset({"remediation"})
+
+LABEL_PREFIX = "gpuop.dev/"
+OWNER_ANNOTATION = "gpuop.dev/deviceconfig"  # "<namespace>/<name>" of the DeviceConfig owning the node
+STAGE_ANNOTATION = "gpuop.dev/stage"  # lifecycle stage, architecture.md section 5
+FINALIZER = "gpuop.dev/node-cleanup"
+AMD_PRESENT = "feature.node.kubernetes.io/pci-1002.present"
+NVIDIA_PRESENT = "feature.node.kubernetes.io/pci-10de.present"
+
+# Lifecycle stages a node can be in (the value of STAGE_ANNOTATION and of status.nodes).
+DISCOVERED = "discovered"
+DRIVER_INSTALLING = "driver-installing"
+OPERANDS_ROLLING = "operands-rolling"
+READY = "ready"
+REMOVING = "removing"
+
+
+def deploy_label(service: str) -> str:
+    """`gpuop.dev/deploy.<service>`: the label an operator-managed DaemonSet selects."""
+    return f"{LABEL_PREFIX}deploy.{service}"
+
+
+ALL_STAGED_SERVICES: tuple[str, ...] = tuple(service for stage in STAGES for service in stage)
+DEPLOY_LABELS: frozenset[str] = frozenset(deploy_label(service) for service in ALL_STAGED_SERVICES)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def vendors(self) -> frozenset[str]:
+        """GPU vendors NFD found on the node (PCI presence labels)."""
+        found = set()
+        if self.labels.get(AMD_PRESENT) == "true":
+            found.add("amd")
+        if self.labels.get(NVIDIA_PRESENT) == "true":
+            found.add("nvidia")
+        return frozenset(found)
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """An operand pod: which service (chart name), on which node, whether it is Ready."""
+
+    service: str
+    node: str
+    ready: bool
+    terminating: bool = False
+
+
+@dataclass(frozen=True)
+class NodePatch:
+    """One merge patch of a node's labels and annotations (None deletes a key)."""
+
+    node: str
+    labels: Mapping[str, str | None] = field(default_factory=dict)
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+
+    def body(self) -> dict[str, object]:
+        metadata: dict[str, object] = {}
+        if self.labels:
+            metadata["labels"] = dict(self.labels)
+        if self.annotations:
+            metadata["annotations"] = dict(self.annotations)
+        return {"metadata": metadata}

@@ -1,0 +1,176 @@
+"""Rollout planning: which labels each node should carry next, as pure functions.
+
+`plan_rollout` looks at one valid DeviceConfig, every node and the operand pods, and returns the
+node patches that move each node one step along its lifecycle (architecture.md sections 4-5):
+deploy labels are added stage by stage, a stage only once the previous one's pods are Ready on that
+node; disabled operands lose their label; nodes that left the selector (or every node, when the
+DeviceConfig is being deleted) are emptied in reverse stage order. Calling it again on the state it
+produced plans nothing: the reconciler is level-triggered and idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuop_common.config import DeviceConfigSpec
+from gpuop_common.kube import label_changes
+
+from gpuop_operator.model import (
+    DISCOVERED,
+    DRIVER_INSTALLING,
+    OPERANDS_ROLLING,
+    OWNER_ANNOTATION,
+    READY,
+    REMOVING,
+    STAGE_ANNOTATION,
+    STAGES,
+    NodeInfo,
+    NodePatch,
+    PodInfo,
+    deploy_label,
+)
+from gpuop_operator.selector import matches
+
+
+@dataclass(frozen=True)
+class PodIndex:
+    """Operand pods by (node, service); built once per reconcile from the pod cache."""
+
+    ready: frozenset[tuple[str, str]]
+    present: frozenset[tuple[str, str]]
+
+    @classmethod
+    def of(cls, pods: Iterable[PodInfo]) -> PodIndex:
+        ready, present = set(), set()
+        for pod in pods:
+            present.add((pod.node, pod.service))
+            if pod.ready and not pod.terminating:
+                ready.add((pod.node, pod.service))
+        return cls(frozenset(ready), frozenset(present))
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node: str
+    stage: str
+    patch: NodePatch | None
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    nodes: tuple[NodePlan, ...] = ()
+    # Operand (service) -> (nodes that should run it, nodes where its pod is Ready).
+    operands: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> list[NodePatch]:
+        return [plan.patch for plan in self.nodes if plan.patch is not None]
+
+    @property
+    def stages(self) -> dict[str, str]:
+        """Lifecycle stage of every node this DeviceConfig selects or still holds."""
+        return {plan.node: plan.stage for plan in self.nodes}
+
+
+def enabled_stages(spec: DeviceConfigSpec) -> list[tuple[str, ...]]:
+    """The rollout stages with only the operands this spec enables (empty stages dropped)."""
+    result = []
+    for stage in STAGES:
+        enabled = tuple(service for service in stage if getattr(spec.section(service), "enable", False))
+        if enabled:
+            result.append(enabled)
+    return result
+
+
+def _with_changes(
+    node: NodeInfo, labels: Mapping[str, str | None], annotations: Mapping[str, str | None]
+) -> NodePatch | None:
+    label_diff = label_changes(node.labels, labels)
+    annotation_diff = label_changes(node.annotations, annotations)
+    if not label_diff and not annotation_diff:
+        return None
+    return NodePatch(node.name, label_diff, annotation_diff)
+
+
+def _advance(
+    node: NodeInfo,
+    owner: str,
+    stages: Sequence[tuple[str, ...]],
+    pods: PodIndex,
+    awaited: Collection[str],
+) -> NodePlan:
+    """Next step for a selected node: add deploy labels up to the first stage not Ready yet."""
+    enabled = {service for stage in stages for service in stage}
+    desired: dict[str, str | None] = {
+        deploy_label(service): None for stage in STAGES for service in stage if service not in enabled
+    }
+    lifecycle = READY
+    for stage in stages:
+        for service in stage:
+            desired[deploy_label(service)] = "true"
+        if not all((node.name, service) in pods.ready for service in stage if service in awaited):
+            lifecycle = DRIVER_INSTALLING if "driver" in stage else OPERANDS_ROLLING
+            break
+    annotations: dict[str, str | None] = {OWNER_ANNOTATION: owner, STAGE_ANNOTATION: lifecycle}
+    return NodePlan(node.name, lifecycle, _with_changes(node, desired, annotations))
+
+
+def _teardown(node: NodeInfo, pods: PodIndex) -> NodePlan:
+    """Next step for a node leaving this DeviceConfig: drop the last stage first, wait for its pods."""
+    for stage in reversed(STAGES):
+        labelled = [service for service in stage if deploy_label(service) in node.labels]
+        if labelled:
+            removal: dict[str, str | None] = {deploy_label(service): None for service in labelled}
+            return NodePlan(node.name, REMOVING, _with_changes(node, removal, {STAGE_ANNOTATION: REMOVING}))
+        if any((node.name, service) in pods.present for service in stage):
+            return NodePlan(node.name, REMOVING, None)  # this stage's pods are still going away
+    done: dict[str, str | None] = {OWNER_ANNOTATION: None, STAGE_ANNOTATION: None}
+    return NodePlan(node.name, REMOVING, _with_changes(node, {}, done))
+
+
+def owned_by(node: NodeInfo, owner: str) -> bool:
+    return node.annotations.get(OWNER_ANNOTATION) == owner
+
+
+def plan_rollout(
+    owner: str,
+    spec: DeviceConfigSpec | None,
+    nodes: Iterable[NodeInfo],
+    pods: Iterable[PodInfo] | PodIndex,
+    *,
+    installed: Collection[str] | None = None,
+) -> RolloutPlan:
+    """Plan one reconcile of DeviceConfig `owner` ("<namespace>/<name>").
+
+    `spec` None means the DeviceConfig is being deleted: every node it holds is torn down.
+    `installed` lists the operands that have a DaemonSet; readiness is only awaited for those, so a
+    missing chart does not stall every node (the status reports it as Degraded instead). None means
+    every operand is installed."""
+    index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
+    stages = enabled_stages(spec) if spec is not None else []
+    awaited = set(installed) if installed is not None else {s for stage in STAGES for s in stage}
+    plans = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        selected = spec is not None and matches(spec.selector, node.labels)
+        holder = node.annotations.get(OWNER_ANNOTATION)
+        if selected and holder in (None, owner):
+            plans.append(_advance(node, owner, stages, index, awaited))
+        elif holder == owner:
+            plans.append(_teardown(node, index))
+        elif selected and holder is not None:
+            # Held by another DeviceConfig that is releasing it: wait until it has.
+            plans.append(NodePlan(node.name, DISCOVERED, None))
+    return RolloutPlan(tuple(plans), _operand_counts(plans, stages, index))
+
+
+def _operand_counts(
+    plans: Sequence[NodePlan], stages: Sequence[tuple[str, ...]], pods: PodIndex
+) -> dict[str, tuple[int, int]]:
+    selected = [plan.node for plan in plans if plan.stage != REMOVING]
+    counts = {}
+    for stage in stages:
+        for service in stage:
+            ready = sum(1 for node in selected if (node, service) in pods.ready)
+            counts[service] = (len(selected), ready)
+    return counts

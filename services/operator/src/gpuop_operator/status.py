@@ -1,0 +1,139 @@
+"""DeviceConfig status: conditions, counts and per-node stages computed from a plan (pure).
+
+Conditions keep their lastTransitionTime while their status does not change, so a status computed
+again from the same cluster state is identical and the reconciler writes nothing at steady state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuop_common.config import OPERAND_SECTIONS
+
+from gpuop_operator.model import READY, REMOVING
+from gpuop_operator.plan import RolloutPlan
+from gpuop_operator.validation import Validation
+
+JsonObj = dict[str, Any]
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+    def to_wire(self, generation: int, now: str, previous: Mapping[str, Any] | None) -> JsonObj:
+        status = "True" if self.status else "False"
+        unchanged = previous is not None and previous.get("status") == status
+        since = previous.get("lastTransitionTime") if unchanged and previous else None
+        return {
+            "type": self.type,
+            "status": status,
+            "reason": self.reason,
+            "message": self.message,
+            "observedGeneration": generation,
+            "lastTransitionTime": since or now,
+        }
+
+
+def invalid_conditions(validation: Validation) -> list[Condition]:
+    reason, message = validation.summary()
+    return [
+        Condition("Ready", False, reason, message),
+        Condition("Progressing", False, reason, "nothing is changed on nodes until the spec is fixed"),
+        Condition("Degraded", True, reason, message),
+    ]
+
+
+def rollout_conditions(
+    plan: RolloutPlan, missing: Collection[str], deleting: bool = False
+) -> list[Condition]:
+    """Conditions of a valid DeviceConfig from its plan; `missing`: enabled operands with no DaemonSet."""
+    stages = plan.stages
+    selected = [stage for stage in stages.values() if stage != REMOVING]
+    ready = sum(1 for stage in selected if stage == READY)
+    removing = len(stages) - len(selected)
+    if deleting:
+        return [
+            Condition("Ready", False, "Deleting", f"removing operands from {removing} node(s)"),
+            Condition("Progressing", True, "Deleting", f"removing operands from {removing} node(s)"),
+            Condition("Degraded", False, "AsExpected", ""),
+        ]
+    rolling = ready < len(selected) or removing > 0
+    if not selected:
+        ready_condition = Condition("Ready", True, "NoNodesSelected", "the selector matches no node")
+    elif ready == len(selected):
+        ready_condition = Condition(
+            "Ready", True, "RolloutComplete", f"{ready}/{len(selected)} node(s) ready"
+        )
+    else:
+        ready_condition = Condition(
+            "Ready", False, "RolloutInProgress", f"{ready}/{len(selected)} node(s) ready"
+        )
+    progressing = (
+        Condition(
+            "Progressing", True, "Rolling", f"{len(selected) - ready} node(s) rolling, {removing} leaving"
+        )
+        if rolling
+        else Condition("Progressing", False, "Complete", "every selected node is at its desired stage")
+    )
+    if missing:
+        sections = ", ".join(f"spec.{OPERAND_SECTIONS[s]}" for s in sorted(missing))
+        degraded = Condition(
+            "Degraded", True, "OperandNotInstalled", f"{sections}: enabled, but its chart is not installed"
+        )
+    else:
+        degraded = Condition("Degraded", False, "AsExpected", "")
+    return [ready_condition, progressing, degraded]
+
+
+def build_status(
+    generation: int,
+    conditions: Sequence[Condition],
+    plan: RolloutPlan | None,
+    previous: Mapping[str, Any] | None,
+    now: str,
+) -> JsonObj:
+    """The whole status object; `plan` None (invalid spec) keeps the previous counts and stages."""
+    previous = previous or {}
+    old = {c.get("type"): c for c in previous.get("conditions") or [] if isinstance(c, Mapping)}
+    status: JsonObj = {
+        "observedGeneration": generation,
+        "conditions": [c.to_wire(generation, now, old.get(c.type)) for c in conditions],
+    }
+    if plan is None:
+        for key in ("selectedNodes", "readyNodes", "operands", "stages", "nodes"):
+            if key in previous:
+                status[key] = previous[key]
+        return status
+    stages = plan.stages
+    selected = {node: stage for node, stage in stages.items() if stage != REMOVING}
+    status["selectedNodes"] = len(selected)
+    status["readyNodes"] = sum(1 for stage in selected.values() if stage == READY)
+    status["operands"] = {
+        OPERAND_SECTIONS[service]: {"desired": desired, "ready": ready}
+        for service, (desired, ready) in sorted(plan.operands.items())
+    }
+    status["stages"] = dict(sorted(Counter(stages.values()).items()))
+    status["nodes"] = dict(sorted(stages.items()))
+    return status
+
+
+def transitions(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[JsonObj]:
+    """Conditions whose status or reason changed: each becomes an Event."""
+    old = {c.get("type"): c for c in (previous or {}).get("conditions") or [] if isinstance(c, Mapping)}
+    changed = []
+    for condition in current.get("conditions", []):
+        before = old.get(condition["type"])
+        if before is None or (before.get("status"), before.get("reason")) != (
+            condition["status"],
+            condition["reason"],
+        ):
+            changed.append(condition)
+    return changed

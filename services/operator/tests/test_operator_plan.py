@@ -1,0 +1,200 @@
+"""Rollout planning over many node/spec combinations: stage order, readiness gating, teardown, idempotence."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+import pytest
+from gpuop_common.config import DeviceConfigSpec
+from gpuop_operator.model import (
+    AMD_PRESENT,
+    NVIDIA_PRESENT,
+    OPERANDS_ROLLING,
+    OWNER_ANNOTATION,
+    READY,
+    REMOVING,
+    STAGE_ANNOTATION,
+    NodeInfo,
+    NodePatch,
+    PodInfo,
+    deploy_label,
+)
+from gpuop_operator.plan import enabled_stages, plan_rollout
+
+OWNER = "gpu-operator/default"
+DP, NL, ME = (deploy_label(s) for s in ("device-plugin", "node-labeller", "metrics-exporter"))
+
+
+def amd(name: str, **labels: str) -> NodeInfo:
+    return NodeInfo(name, {AMD_PRESENT: "true", **labels})
+
+
+def apply(nodes: Iterable[NodeInfo], patches: Iterable[NodePatch]) -> list[NodeInfo]:
+    """What the API server would hold after the merge patches."""
+    by_name = {node.name: node for node in nodes}
+    for patch in patches:
+        node = by_name[patch.node]
+        labels, annotations = dict(node.labels), dict(node.annotations)
+        for target, changes in ((labels, patch.labels), (annotations, patch.annotations)):
+            for key, value in changes.items():
+                if value is None:
+                    target.pop(key, None)
+                else:
+                    target[key] = value
+        by_name[patch.node] = NodeInfo(node.name, labels, annotations)
+    return list(by_name.values())
+
+
+def ready_pods(nodes: Iterable[NodeInfo]) -> list[PodInfo]:
+    """A DaemonSet controller + kubelet that makes every labelled operand Ready at once."""
+    pods = []
+    for node in nodes:
+        for key in node.labels:
+            if key.startswith("gpuop.dev/deploy."):
+                pods.append(PodInfo(key.removeprefix("gpuop.dev/deploy."), node.name, ready=True))
+    return pods
+
+
+def converge(
+    spec: DeviceConfigSpec | None, nodes: list[NodeInfo], rounds: int = 10
+) -> tuple[list[NodeInfo], int]:
+    steps = 0
+    for _ in range(rounds):
+        plan = plan_rollout(OWNER, spec, nodes, ready_pods(nodes))
+        if not plan.steps:
+            return nodes, steps
+        steps += len(plan.steps)
+        nodes = apply(nodes, plan.steps)
+    raise AssertionError("did not converge")
+
+
+def labels_of(node: NodeInfo) -> dict[str, str]:
+    return {k: v for k, v in node.labels.items() if k.startswith("gpuop.dev/")}
+
+
+def test_first_stage_is_labelled_and_nothing_more_until_its_pods_are_ready() -> None:
+    plan = plan_rollout(OWNER, DeviceConfigSpec(), [amd("a")], [])
+    (patch,) = plan.steps
+    assert patch.labels == {DP: "true", NL: "true"}
+    assert patch.annotations == {OWNER_ANNOTATION: OWNER, STAGE_ANNOTATION: OPERANDS_ROLLING}
+    labelled = apply([amd("a")], plan.steps)
+    # Only one of the two stage-2 pods is Ready: the exporter must wait.
+    assert (
+        plan_rollout(OWNER, DeviceConfigSpec(), labelled, [PodInfo("device-plugin", "a", True)]).steps == []
+    )
+    pods = [PodInfo("device-plugin", "a", True), PodInfo("node-labeller", "a", True)]
+    (advance,) = plan_rollout(OWNER, DeviceConfigSpec(), labelled, pods).steps
+    assert advance.labels == {ME: "true"}
+
+
+def test_unready_or_terminating_pods_do_not_advance() -> None:
+    labelled = apply([amd("a")], plan_rollout(OWNER, DeviceConfigSpec(), [amd("a")], []).steps)
+    pods = [PodInfo("device-plugin", "a", False), PodInfo("node-labeller", "a", True, terminating=True)]
+    assert plan_rollout(OWNER, DeviceConfigSpec(), labelled, pods).steps == []
+
+
+def test_full_rollout_ends_ready_and_replanning_is_a_no_op() -> None:
+    nodes, steps = converge(DeviceConfigSpec(), [amd(f"n{i}") for i in range(5)])
+    assert steps == 3 * 5  # stage 2, stage 3, then the ready mark: a constant per node
+    for node in nodes:
+        assert labels_of(node) == {DP: "true", NL: "true", ME: "true"}
+        assert node.annotations[STAGE_ANNOTATION] == READY
+    plan = plan_rollout(OWNER, DeviceConfigSpec(), nodes, ready_pods(nodes))
+    assert plan.steps == []
+    assert set(plan.stages.values()) == {READY}
+    assert plan.operands["metrics-exporter"] == (5, 5)
+
+
+def test_disabling_a_section_removes_only_its_label() -> None:
+    nodes, _ = converge(DeviceConfigSpec(), [amd("a")])
+    spec = DeviceConfigSpec.model_validate({"nodeLabeller": {"enable": False}})
+    (patch,) = plan_rollout(OWNER, spec, nodes, ready_pods(nodes)).steps
+    assert patch.labels == {NL: None}
+
+
+def test_nodes_leaving_the_selector_are_emptied_last_stage_first() -> None:
+    spec = DeviceConfigSpec.model_validate({"selector": {"matchLabels": {"pool": "gpu"}}})
+    nodes, _ = converge(spec, [amd("a", pool="gpu")])
+    moved = [NodeInfo("a", {**nodes[0].labels, "pool": "cpu"}, nodes[0].annotations)]
+    pods = ready_pods(moved)
+    (first,) = plan_rollout(OWNER, spec, moved, pods).steps
+    assert first.labels == {ME: None}
+    after = apply(moved, [first])
+    # The exporter pod is still on the node: the earlier stage waits for it to go.
+    assert plan_rollout(OWNER, spec, after, pods).steps == []
+    (second,) = plan_rollout(OWNER, spec, after, ready_pods(after)).steps
+    assert second.labels == {DP: None, NL: None}
+    final, _ = converge(spec, apply(after, [second]))
+    assert labels_of(final[0]) == {}
+    assert OWNER_ANNOTATION not in final[0].annotations
+    assert final[0].labels["pool"] == "cpu"
+
+
+def test_deletion_tears_every_held_node_down() -> None:
+    nodes, _ = converge(DeviceConfigSpec(), [amd("a"), amd("b")])
+    plan = plan_rollout(OWNER, None, nodes, ready_pods(nodes))
+    assert set(plan.stages.values()) == {REMOVING}
+    final, _ = converge(None, nodes)
+    assert all(labels_of(n) == {} and not n.annotations for n in final)
+
+
+def test_nodes_held_by_another_deviceconfig_are_left_alone() -> None:
+    other = NodeInfo("a", {AMD_PRESENT: "true", DP: "true"}, {OWNER_ANNOTATION: "ns/other"})
+    plan = plan_rollout(OWNER, DeviceConfigSpec(), [other], [])
+    assert plan.steps == []
+    assert plan_rollout(OWNER, None, [other], []).stages == {}
+
+
+def test_operand_without_a_daemonset_is_not_awaited() -> None:
+    fresh = apply([amd("b")], plan_rollout(OWNER, DeviceConfigSpec(), [amd("b")], []).steps)
+    plan = plan_rollout(
+        OWNER, DeviceConfigSpec(), fresh, [PodInfo("device-plugin", "b", True)], installed={"device-plugin"}
+    )
+    assert plan.steps[0].labels == {ME: "true"}
+
+
+SECTION_FLAGS = ("devicePlugin", "nodeLabeller", "metricsExporter")
+
+
+@pytest.mark.parametrize("flags", list(itertools.product([True, False], repeat=3)))
+@pytest.mark.parametrize("count", [0, 1, 7])
+def test_every_enable_combination_converges_to_exactly_the_enabled_labels(
+    flags: tuple[bool, bool, bool], count: int
+) -> None:
+    spec = DeviceConfigSpec.model_validate(
+        {key: {"enable": on} for key, on in zip(SECTION_FLAGS, flags, strict=True)}
+    )
+    mixed = [amd(f"a{i}") if i % 2 else NodeInfo(f"n{i}", {NVIDIA_PRESENT: "true"}) for i in range(count)]
+    nodes, steps = converge(spec, mixed)
+    wanted = {label: "true" for label, on in zip((DP, NL, ME), flags, strict=True) if on}
+    assert all(labels_of(node) == wanted for node in nodes)
+    assert steps <= 3 * count
+    assert len(enabled_stages(spec)) == (flags[0] or flags[1]) + flags[2]
+
+
+def test_stage_order_is_never_violated_during_a_rollout() -> None:
+    # Pods become Ready one service at a time; at no point may the exporter be labelled before both
+    # stage-2 operands are Ready on that node.
+    nodes = [amd("a"), amd("b")]
+    ready: set[tuple[str, str]] = set()
+    for _ in range(12):
+        pods = [
+            PodInfo(s, n, (n, s) in ready)
+            for n, s in (
+                (n.name, k.removeprefix("gpuop.dev/deploy."))
+                for n in nodes
+                for k in n.labels
+                if k.startswith("gpuop.dev/deploy.")
+            )
+        ]
+        patches = plan_rollout(OWNER, DeviceConfigSpec(), nodes, pods).steps
+        for patch in patches:
+            if patch.labels.get(ME) == "true":
+                assert {(patch.node, "device-plugin"), (patch.node, "node-labeller")} <= ready
+        nodes = apply(nodes, patches)
+        # One more pod turns Ready per round.
+        pending = sorted((p.node, p.service) for p in pods if not p.ready)
+        if pending:
+            ready.add(pending[0])
+    assert all(n.annotations.get(STAGE_ANNOTATION) == READY for n in nodes)

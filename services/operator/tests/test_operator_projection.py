@@ -1,0 +1,35 @@
+"""Settings projection into each service's ConfigMap: per-DeviceConfig keys, config.yaml, cleanup."""
+
+from __future__ import annotations
+
+import yaml
+from gpuop_common.config import DeviceConfigSpec, MetricsExporterConfig
+from gpuop_operator.projection import DEFAULT_KEY, config_map_name, data_key, plan_config_map
+
+
+def test_config_map_name_matches_the_chart_library() -> None:
+    assert config_map_name("gpuop", "device-plugin") == "gpuop-device-plugin-config"
+    assert config_map_name("my-device-plugin", "device-plugin") == "my-device-plugin-config"
+
+
+def test_single_deviceconfig_fills_its_key_and_config_yaml_with_the_section() -> None:
+    spec = DeviceConfigSpec.model_validate({"metricsExporter": {"port": 5001}})
+    changes = plan_config_map("metrics-exporter", {DEFAULT_KEY: "{}\n"}, {"ops/gpus": spec}, ["ops/gpus"])
+    assert set(changes) == {"ops.gpus.yaml", DEFAULT_KEY}
+    loaded = MetricsExporterConfig.model_validate(yaml.safe_load(changes[DEFAULT_KEY] or ""))
+    assert loaded.port == 5001
+    assert plan_config_map("metrics-exporter", {**changes}, {"ops/gpus": spec}, ["ops/gpus"]) == {}
+
+
+def test_two_deviceconfigs_leave_config_yaml_to_helm_and_deleted_keys_go() -> None:
+    a, b = DeviceConfigSpec(), DeviceConfigSpec.model_validate({"nodeLabeller": {"enable": False}})
+    current = {DEFAULT_KEY: "x", data_key("ops/gone"): "y"}
+    changes = plan_config_map("node-labeller", current, {"ops/a": a, "ops/b": b}, ["ops/a", "ops/b"])
+    assert DEFAULT_KEY not in changes
+    assert changes[data_key("ops/gone")] is None
+    assert yaml.safe_load(changes["ops.b.yaml"] or "")["enable"] is False
+
+
+def test_invalid_deviceconfig_keeps_its_last_key() -> None:
+    current = {data_key("ops/bad"): "old"}
+    assert plan_config_map("node-labeller", current, {}, ["ops/bad"]) == {}

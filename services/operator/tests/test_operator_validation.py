@@ -1,0 +1,176 @@
+"""DeviceConfig validation: bad specs end in a condition naming the field; fuzzed specs never crash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gpuop_common.config import LabelSelector
+from gpuop_operator.model import AMD_PRESENT, NVIDIA_PRESENT, NodeInfo
+from gpuop_operator.plan import plan_rollout
+from gpuop_operator.status import build_status, invalid_conditions, rollout_conditions
+from gpuop_operator.validation import (
+    CONFLICT,
+    INVALID_FOR_VENDOR,
+    INVALID_SPEC,
+    UNSUPPORTED,
+    DeviceConfigRef,
+    validate,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+NODES = [
+    NodeInfo("amd-0", {AMD_PRESENT: "true", "pool": "a"}),
+    NodeInfo("nvidia-0", {NVIDIA_PRESENT: "true", "pool": "b"}),
+]
+
+
+def dc(spec: Any, name: str = "gpus", created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ops", "creationTimestamp": created}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason", "field"),
+    [
+        ({"vendr": "amd"}, INVALID_SPEC, "spec.vendr"),
+        ({"vendor": "intel"}, INVALID_SPEC, "spec.vendor"),
+        ({"metricsExporter": {"port": 70000}}, INVALID_SPEC, "spec.metricsExporter.port"),
+        ({"driver": {"upgradePolicy": {"maxUnavailableNodes": "lots"}}}, INVALID_SPEC, "maxUnavailableNodes"),
+        ({"devicePlugin": {"enable": "maybe"}}, INVALID_SPEC, "spec.devicePlugin.enable"),
+        ({"selector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}, INVALID_SPEC, "spec.selector"),
+        ("not an object", INVALID_SPEC, "spec"),
+        ({"driver": {"enable": True}}, UNSUPPORTED, "spec.driver.enable"),
+        ({"testRunner": {"enable": True}}, UNSUPPORTED, "spec.testRunner.enable"),
+        ({"configManager": {"enable": True}}, UNSUPPORTED, "spec.configManager.enable"),
+        ({"remediation": {"enable": True}}, UNSUPPORTED, "spec.remediation.enable"),
+        (
+            {"devicePlugin": {"enable": False}, "draDriver": {"enable": True}},
+            UNSUPPORTED,
+            "spec.draDriver.enable",
+        ),
+        (
+            {"vendor": "amd", "devicePlugin": {"migStrategy": "single"}},
+            INVALID_SPEC,
+            "spec.devicePlugin.migStrategy",
+        ),
+        ({"devicePlugin": {"migStrategy": "single"}}, INVALID_FOR_VENDOR, "spec.devicePlugin.migStrategy"),
+        ({"vendor": "nvidia"}, INVALID_FOR_VENDOR, "spec.vendor"),
+        ({"draDriver": {"enable": True}}, INVALID_SPEC, "spec.draDriver.enable"),
+    ],
+)
+def test_bad_spec_gives_a_reason_and_names_the_field(spec: Any, reason: str, field: str) -> None:
+    result = validate(dc(spec), NODES)
+    assert not result.ok
+    got_reason, message = result.summary()
+    assert reason in {p.reason for p in result.problems}
+    assert field in message
+    assert got_reason == result.problems[0].reason
+
+
+def test_auto_vendor_checks_each_vendor_of_the_selected_nodes() -> None:
+    only_nvidia = {"selector": {"matchLabels": {"pool": "b"}}, "devicePlugin": {"migStrategy": "single"}}
+    assert validate(dc(only_nvidia), NODES).ok
+    assert not validate(dc({**only_nvidia, "selector": {}}), NODES).ok
+
+
+def test_the_newer_of_two_overlapping_deviceconfigs_is_in_conflict() -> None:
+    old = DeviceConfigRef("ops", "old", "2026-01-01T00:00:00Z")
+    new_obj = dc({}, "new", "2026-02-01T00:00:00Z")
+    new = DeviceConfigRef.of(new_obj)
+    result = validate(new_obj, NODES, {old: LabelSelector(), new: LabelSelector()})
+    assert [p.reason for p in result.problems] == [CONFLICT]
+    assert "amd-0" in result.problems[0].message and "ops/old" in result.problems[0].message
+    assert validate(dc({}, "old", old.created), NODES, {old: LabelSelector(), new: LabelSelector()}).ok
+    disjoint = {old: LabelSelector.model_validate({"matchLabels": {"pool": "b"}})}
+    assert validate(dc({"selector": {"matchLabels": {"pool": "a"}}}, "new", new.created), NODES, disjoint).ok
+
+
+def test_invalid_status_keeps_previous_counts_and_names_the_field() -> None:
+    previous = {"selectedNodes": 2, "readyNodes": 2, "conditions": [{"type": "Ready", "status": "True"}]}
+    result = validate(dc({"vendor": "intel"}), NODES)
+    status = build_status(3, invalid_conditions(result), None, previous, "2026-01-01T00:00:00Z")
+    ready = status["conditions"][0]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", INVALID_SPEC)
+    assert ready["message"].startswith("spec.vendor")
+    assert status["readyNodes"] == 2 and status["observedGeneration"] == 3
+
+
+def test_status_is_stable_when_nothing_changed() -> None:
+    plan = plan_rollout("ops/gpus", validate(dc({}), NODES).spec, NODES, [])
+    first = build_status(1, rollout_conditions(plan, []), plan, None, "2026-01-01T00:00:00Z")
+    again = build_status(1, rollout_conditions(plan, []), plan, first, "2026-01-01T00:05:00Z")
+    assert first == again
+    assert first["stages"] == {"operands-rolling": 2}
+
+
+# Random specs: a mix of valid section values, wrong types and unknown keys at every level.
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(["amd", "nvidia", "auto", "25%", "-1", "single", "mixed", "In"]),
+)
+_keys = st.sampled_from(
+    [
+        "enable",
+        "vendor",
+        "port",
+        "migStrategy",
+        "upgradePolicy",
+        "maxUnavailableNodes",
+        "matchLabels",
+        "matchExpressions",
+        "key",
+        "operator",
+        "values",
+        "image",
+        "interval",
+        "selector",
+        "bogus",
+        "driverType",
+        "resourceNamingStrategy",
+        "extraLabels",
+        "profiles",
+        "healthChecks",
+    ]
+)
+_json = st.recursive(
+    _scalars,
+    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(_keys, children, max_size=4)),
+    max_leaves=12,
+)
+_sections = st.sampled_from(
+    [
+        "selector",
+        "vendor",
+        "driver",
+        "devicePlugin",
+        "draDriver",
+        "nodeLabeller",
+        "metricsExporter",
+        "testRunner",
+        "configManager",
+        "remediation",
+        "unknownSection",
+    ]
+)
+_specs = st.one_of(st.dictionaries(_sections, _json, max_size=5), _json)
+
+
+@settings(max_examples=1200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=_specs)
+def test_fuzzed_specs_always_end_in_a_condition_and_never_crash(spec: Any) -> None:
+    result = validate(dc(spec), NODES)
+    if result.ok:
+        plan = plan_rollout("ops/gpus", result.spec, NODES, [])
+        conditions = rollout_conditions(plan, [])
+    else:
+        reason, message = result.summary()
+        assert reason in {INVALID_SPEC, UNSUPPORTED, INVALID_FOR_VENDOR, CONFLICT}
+        assert message.startswith("spec")
+        conditions = invalid_conditions(result)
+    status = build_status(1, conditions, None, None, "2026-01-01T00:00:00Z")
+    assert [c["type"] for c in status["conditions"]] == ["Ready", "Progressing", "Degraded"]
