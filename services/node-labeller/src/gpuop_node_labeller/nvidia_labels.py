@@ -1,0 +1,172 @@
+"""NVIDIA GPU Feature Discovery labels (`nvidia.com/...`), same names and value formats as GFD.
+
+Left out on purpose: `nvidia.com/gfd.timestamp` (it would change every pass and cost a write each
+time; GFD has `--no-timestamp` for the same reason), and the labels whose facts the GPU backend does not
+carry (`gpu.machine`, `gpu.mode`, MIG engine counts and multiprocessors, vGPU).
+
+MIG strategies as GFD applies them:
+- `none`: MIG devices are not described; `gpu.*` describes the physical GPUs.
+- `single`: every GPU must have MIG on with one profile; then `gpu.count/product/memory` describe
+  the MIG devices (`<product>-MIG-<profile>`). A node with MIG off everywhere reads as `none`; any
+  other mix is invalid: `gpu.product=<product>-MIG-INVALID`, count and memory `0`.
+- `mixed`: `gpu.*` describes the GPUs, each MIG profile gets `mig-<profile>.*` labels.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from gpuop_common.gpu.models import GpuDevice, MigDevice, Vendor
+
+from gpuop_node_labeller.options import LabelOptions
+from gpuop_node_labeller.sanitize import sanitise, value_or_none
+
+PREFIX = "nvidia.com"
+MIB = 1 << 20
+_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.\d+gb")
+
+
+def product_name(model: str) -> str:
+    """GFD's sanitised product name: `NVIDIA H100 80GB HBM3` -> `NVIDIA-H100-80GB-HBM3`."""
+    return sanitise(model, "-")
+
+
+def mig_product(model: str, profile: str) -> str:
+    return sanitise(f"{model} MIG {profile}", "-")
+
+
+def slices(profile: str) -> tuple[str, str] | None:
+    """(GPU-instance slices, compute-instance slices) from a profile name: `1c.3g.40gb` -> (3, 1)."""
+    match = _PROFILE.match(profile)
+    if match is None:
+        return None
+    gi = match.group(2)
+    return gi, match.group(1) or gi
+
+
+def _mig_on(gpu: GpuDevice) -> bool:
+    return gpu.partition is not None and gpu.partition.compute == "mig"
+
+
+def _mib(size: int | None) -> str | None:
+    return str(size // MIB) if size is not None else None
+
+
+def version_labels(gpus: Sequence[GpuDevice]) -> dict[str, str]:
+    """Driver (`cuda.driver*`, named so by GFD) and CUDA driver API (`cuda.runtime*`) versions."""
+    labels: dict[str, str] = {}
+    driver = next((g.driver_version for g in gpus if g.driver_version), None)
+    if driver and value_or_none(driver) == driver:
+        parts = [*driver.split("."), "", ""]
+        major, minor, rev = parts[0], parts[1], parts[2]
+        for name, value in (("major", major), ("minor", minor), ("rev", rev)):
+            labels[f"{PREFIX}/cuda.driver.{name}"] = value
+        for name, value in (("major", major), ("minor", minor), ("revision", rev), ("full", driver)):
+            labels[f"{PREFIX}/cuda.driver-version.{name}"] = value
+    cuda = next((g.cuda_driver_version for g in gpus if g.cuda_driver_version), None)
+    if cuda and re.fullmatch(r"\d+\.\d+", cuda):
+        cmajor, cminor = cuda.split(".")
+        labels[f"{PREFIX}/cuda.runtime.major"] = cmajor
+        labels[f"{PREFIX}/cuda.runtime.minor"] = cminor
+        labels[f"{PREFIX}/cuda.runtime-version.major"] = cmajor
+        labels[f"{PREFIX}/cuda.runtime-version.minor"] = cminor
+        labels[f"{PREFIX}/cuda.runtime-version.full"] = cuda
+    return labels
+
+
+def _architecture(gpu: GpuDevice) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    if gpu.family:
+        labels[f"{PREFIX}/gpu.family"] = gpu.family
+    if gpu.compute_capability and re.fullmatch(r"\d+\.\d+", gpu.compute_capability):
+        major, minor = gpu.compute_capability.split(".")
+        labels[f"{PREFIX}/gpu.compute.major"] = major
+        labels[f"{PREFIX}/gpu.compute.minor"] = minor
+    return labels
+
+
+def _full_gpu_labels(gpu: GpuDevice, count: int, replicas: int) -> dict[str, str]:
+    labels = {
+        f"{PREFIX}/gpu.count": str(count),
+        f"{PREFIX}/gpu.replicas": str(replicas),
+        f"{PREFIX}/gpu.sharing-strategy": "none",
+    }
+    if product := product_name(gpu.model):
+        labels[f"{PREFIX}/gpu.product"] = product
+    if (memory := _mib(gpu.vram_total_bytes)) is not None:
+        labels[f"{PREFIX}/gpu.memory"] = memory
+    return labels | _architecture(gpu)
+
+
+def _mig_labels(prefix: str, gpu: GpuDevice, migs: Sequence[MigDevice]) -> dict[str, str]:
+    """`<prefix>.count/product/memory/slices.*/replicas/sharing-strategy` for MIG devices of one profile."""
+    profile = migs[0].profile or ""
+    labels = {
+        f"{prefix}.count": str(len(migs)),
+        f"{prefix}.replicas": "1",
+        f"{prefix}.sharing-strategy": "none",
+        f"{prefix}.product": mig_product(gpu.model, profile),
+    }
+    if (memory := _mib(migs[0].memory_bytes)) is not None:
+        labels[f"{prefix}.memory"] = memory
+    if (found := slices(profile)) is not None:
+        labels[f"{prefix}.slices.gi"], labels[f"{prefix}.slices.ci"] = found
+    return labels
+
+
+def _single_strategy(gpus: Sequence[GpuDevice]) -> dict[str, str]:
+    first = gpus[0]
+    if not any(_mig_on(g) for g in gpus):
+        return _full_gpu_labels(first, len(gpus), 1)
+    migs = [m for g in gpus for m in g.mig_devices]
+    profiles = {m.profile for m in migs}
+    if not all(_mig_on(g) for g in gpus) or len(profiles) != 1 or None in profiles:
+        return {
+            f"{PREFIX}/gpu.count": "0",
+            f"{PREFIX}/gpu.replicas": "0",
+            f"{PREFIX}/gpu.memory": "0",
+            f"{PREFIX}/gpu.sharing-strategy": "none",
+            f"{PREFIX}/gpu.product": sanitise(f"{first.model} MIG INVALID", "-"),
+        } | _architecture(first)
+    labels = _mig_labels(f"{PREFIX}/gpu", first, migs)
+    return labels | _architecture(first)
+
+
+def _mixed_strategy(gpus: Sequence[GpuDevice]) -> dict[str, str]:
+    # MIG-enabled GPUs still appear in gpu.*, with replicas 0 when no GPU is shared as a whole.
+    replicas = 0 if all(_mig_on(g) for g in gpus) else 1
+    labels = _full_gpu_labels(gpus[0], len(gpus), replicas)
+    by_profile: dict[str, list[MigDevice]] = {}
+    owner: dict[str, GpuDevice] = {}
+    for gpu in gpus:
+        for mig in gpu.mig_devices if _mig_on(gpu) else ():
+            if mig.profile:
+                by_profile.setdefault(mig.profile, []).append(mig)
+                owner.setdefault(mig.profile, gpu)
+    for profile, migs in sorted(by_profile.items()):
+        labels |= _mig_labels(f"{PREFIX}/mig-{profile}", owner[profile], migs)
+    return labels
+
+
+def nvidia_labels(gpus: Sequence[GpuDevice], options: LabelOptions) -> dict[str, str]:
+    nvidia = [g for g in gpus if g.vendor == Vendor.NVIDIA]
+    if not nvidia:
+        return {}
+    labels = version_labels(nvidia)
+    capable = any(g.partition is not None and "mig" in g.partition.available_compute for g in nvidia)
+    labels[f"{PREFIX}/mig.capable"] = str(capable).lower()
+    labels[f"{PREFIX}/mps.capable"] = "false"
+    cliques = Counter(g.nvlink_clique for g in nvidia if g.nvlink_clique)
+    if len(cliques) == 1 and (clique := value_or_none(next(iter(cliques)))):
+        labels[f"{PREFIX}/gpu.clique"] = clique
+    if options.mig_strategy == "single":
+        labels |= _single_strategy(nvidia)
+    elif options.mig_strategy == "mixed":
+        labels |= _mixed_strategy(nvidia)
+    else:
+        labels |= _full_gpu_labels(nvidia[0], len(nvidia), 1)
+    if options.mig_strategy != "none":
+        labels[f"{PREFIX}/mig.strategy"] = options.mig_strategy
+    return labels
