@@ -1,0 +1,96 @@
+"""What a container gets for a set of device ids (pure; the gRPC adapter turns it into protobuf).
+
+AMD: `/dev/kfd` plus each GPU's `/dev/dri/card*` and `renderD*`, and ROCR_VISIBLE_DEVICES /
+HIP_VISIBLE_DEVICES by unique id (`GPU-<unique_id>`). NVIDIA: `/dev/nvidia<N>`, `/dev/nvidiactl`,
+`/dev/nvidia-uvm*` (+ MIG caps) and NVIDIA_VISIBLE_DEVICES by UUID. With CDI the device nodes are
+left to the runtime (CDI names in the CRI field and the `cdi.k8s.io/` annotation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuop_common.gpu import Vendor
+
+from gpuop_device_plugin.cdi import cdi_device_name
+from gpuop_device_plugin.devices import HEALTHY, PluginDevice
+
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+_ENV_NAMES = {
+    Vendor.AMD: ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
+    Vendor.NVIDIA: ("NVIDIA_VISIBLE_DEVICES",),
+}
+
+
+class AllocationRequestError(ValueError):
+    """A request the plugin refuses as a whole; `code` is the gRPC status name to answer with."""
+
+    def __init__(self, message: str, code: str = "INVALID_ARGUMENT") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    path: str
+    permissions: str = "rw"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerGrant:
+    """Everything one container response carries."""
+
+    device_ids: tuple[str, ...]
+    envs: dict[str, str] = field(default_factory=dict)
+    devices: tuple[DeviceNode, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+def validate_request(
+    resource: str,
+    ids: Sequence[str],
+    devices: Mapping[str, PluginDevice],
+    health: Mapping[str, str],
+    *,
+    shared: bool = False,
+    fail_requests_greater_than_one: bool = False,
+) -> list[PluginDevice]:
+    """The devices of a container request, or an error naming every bad id (never a partial answer)."""
+    if not ids:
+        raise AllocationRequestError(f"{resource}: container request names no devices")
+    unknown = sorted({i for i in ids if i not in devices})
+    if unknown:
+        raise AllocationRequestError(f"{resource}: unknown device ids: {', '.join(unknown)}")
+    unhealthy = sorted({i for i in ids if health.get(i) != HEALTHY})
+    if unhealthy:
+        raise AllocationRequestError(
+            f"{resource}: devices are unhealthy: {', '.join(unhealthy)}", code="FAILED_PRECONDITION"
+        )
+    if shared and fail_requests_greater_than_one and len(ids) > 1:
+        raise AllocationRequestError(
+            f"{resource}: maximum request size for shared resources is 1 (got {len(ids)})"
+        )
+    return [devices[i] for i in ids]
+
+
+def _unique(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def grant(resource: str, chosen: Sequence[PluginDevice], *, cdi: bool) -> ContainerGrant:
+    """The container response for these (validated) devices; replicas collapse to their device."""
+    ids = tuple(device.id for device in chosen)
+    envs: dict[str, str] = {}
+    for vendor in (Vendor.AMD, Vendor.NVIDIA):
+        visible = _unique([d.visible_id for d in chosen if d.vendor == vendor])
+        if visible:
+            for name in _ENV_NAMES[vendor]:
+                envs[name] = ",".join(visible)
+    if cdi:
+        names = tuple(_unique([cdi_device_name(d) for d in chosen]))
+        key = CDI_ANNOTATION_PREFIX + "gpuop-device-plugin_" + resource.replace("/", "_")
+        return ContainerGrant(ids, envs, cdi_devices=names, annotations={key: ",".join(names)})
+    nodes = _unique([node for device in chosen for node in device.device_nodes])
+    return ContainerGrant(ids, envs, devices=tuple(DeviceNode(path) for path in nodes))

@@ -1,0 +1,115 @@
+"""gpuop-device-plugin: advertise a node's AMD and NVIDIA GPUs to the kubelet.
+
+Thin wiring: settings -> GPU backends (gpuop_common.gpu) -> resource manager -> one kubelet
+endpoint per resource; the ConfigMap file is hot-reloaded; SIGTERM removes our sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from gpuop_common.config import DevicePluginConfig
+from gpuop_common.configfile import ConfigFileError, ConfigFileWatcher, load_config
+from gpuop_common.gpu import GpuBackendError, open_backends
+from gpuop_common.kubelet import deviceplugin as dp
+from gpuop_common.settings import AgentSettings
+from gpuop_common.shutdown import ServiceContext, run_service
+from pydantic import Field
+
+from gpuop_device_plugin.manager import ResourceManager
+from gpuop_device_plugin.service import DevicePluginService
+from gpuop_device_plugin.udev import UdevWatcher
+
+log = logging.getLogger(__name__)
+
+SERVICE = "device-plugin"
+
+
+class DevicePluginSettings(AgentSettings):
+    socket_dir: Path = Field(
+        Path(dp.DEVICE_PLUGIN_PATH),
+        description="Kubelet device-plugins directory: our sockets go here, kubelet.sock is in it.",
+    )
+    config_file: Path = Field(
+        Path("/etc/gpuop/config.yaml"),
+        description="The devicePlugin ConfigMap file (DevicePluginConfig), hot-reloaded.",
+    )
+    config_poll_interval: float = Field(5.0, gt=0, description="Seconds between checks of --config-file.")
+    cdi_spec_dir: Path = Field(
+        Path("/var/run/cdi"), description="Where CDI specs are written when CDI is on."
+    )
+    health_interval: float = Field(
+        0.5,
+        gt=0,
+        le=60,
+        description="Seconds between health checks (also how soon kubelet restarts are seen).",
+    )
+    vendor: Literal["auto", "amd", "nvidia"] = Field("auto", description="GPU vendor(s) to advertise.")
+    udev: bool = Field(True, description="React to udev events at once (needs the host's netlink).")
+
+
+def initial_config(path: Path) -> DevicePluginConfig:
+    """The mounted config if it is usable, else the defaults (the watcher reports the problem)."""
+    if not path.exists():
+        log.info("no config file; using defaults", extra={"path": str(path)})
+        return DevicePluginConfig()
+    try:
+        return load_config(path, DevicePluginConfig)
+    except ConfigFileError as exc:
+        log.error("config file rejected; using defaults", extra={"error": str(exc)})
+        return DevicePluginConfig()
+
+
+def serve(ctx: ServiceContext[DevicePluginSettings]) -> int:
+    s = ctx.settings
+    if not s.socket_dir.is_dir():
+        log.error("kubelet device-plugins directory does not exist", extra={"socket_dir": str(s.socket_dir)})
+        return 1
+    try:
+        backends = open_backends(s.host_root, s.vendor)
+    except GpuBackendError as exc:
+        log.error("cannot open GPU backends", extra={"host_root": str(s.host_root), "error": str(exc)})
+        return 1
+    if not backends:
+        log.warning("no GPUs found; advertising nothing", extra={"host_root": str(s.host_root)})
+    config = initial_config(s.config_file)
+    manager = ResourceManager(backends, config)
+    service = DevicePluginService(
+        manager, s.socket_dir, cdi_dir=s.cdi_spec_dir, health_interval=s.health_interval
+    )
+    watcher = ConfigFileWatcher(
+        s.config_file,
+        DevicePluginConfig,
+        service.apply_config,
+        interval=s.config_poll_interval,
+        default=config,
+    )
+    udev = UdevWatcher(service.wake)
+    if s.udev:
+        udev.start()
+    ctx.probes.add_readiness_check("registered", lambda: service.registered or not service.servers)
+    ctx.probes.add_readiness_check("config", lambda: watcher.error is None or "missing" in watcher.error)
+    try:
+        service.tick()
+        if s.once:
+            return 0 if service.registered or not service.servers else 1
+        watcher.start_in_thread(ctx.stopping)
+        ctx.probes.set_ready(True)
+        service.run(ctx.stopping)
+    finally:
+        udev.stop()
+        service.stop()
+        manager.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_service(DevicePluginSettings, serve, service=SERVICE, argv=argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
