@@ -90,3 +90,66 @@ def test_rows_show_stage_pods_resources_and_metrics_urls() -> None:
 
 def test_stage_of_a_fresh_node_is_a_dash() -> None:
     assert stage_of({"metadata": {"name": "n"}}) == "-"
+
+
+CHART_YAML = "apiVersion: v2\nname: gpu-operator\nversion: 0.1.0\n"
+DAEMONSET_YAML = """\
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: demo-agent
+  namespace: {{ .Release.Namespace }}
+spec:
+  selector:
+    matchLabels: {app: demo-agent}
+  template:
+    metadata:
+      labels: {app: demo-agent}
+    spec:
+      nodeSelector:
+        feature.node.kubernetes.io/pci-1002.present: "true"
+      containers:
+      - name: agent
+        image: test/agent:1
+        ports:
+        - {name: metrics, containerPort: 9400}
+"""
+
+
+@pytest.mark.slow
+def test_demo_installs_an_operator_chart_with_helm_and_kubectl(tmp_path: Path) -> None:
+    chart = tmp_path / "gpu-operator"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text(CHART_YAML)
+    (chart / "templates" / "daemonset.yaml").write_text(DAEMONSET_YAML)
+    env = dict(os.environ, COLUMNS="220")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuop_sim.demo",
+            "--amd-nodes",
+            "1",
+            "--nvidia-nodes",
+            "1",
+            "--pods",
+            "stub",
+            "--duration",
+            "4",
+            "--no-live",
+            "--refresh",
+            "0.5",
+            "--chart",
+            str(chart),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Installed gpu-operator into namespace gpuop" in done.stdout
+    # The AMD node's agent pod shows up with its metrics URL; the NVIDIA node has none.
+    assert "http://127.10.0.1:9400/metrics" in done.stdout
+    assert "127.10.0.2:9400" not in done.stdout

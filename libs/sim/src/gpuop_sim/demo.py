@@ -25,7 +25,7 @@ from rich.table import Table
 from gpuop_sim.binaries import MissingBinaryError, find_binary, repo_root
 from gpuop_sim.cli import add_cluster_arguments, cluster_from_args, stop_event_on_signals
 from gpuop_sim.cluster import PROFILE_LABEL, SimCluster, SimNode
-from gpuop_sim.workloads.kubeapi import NODES, PODS
+from gpuop_sim.workloads.kubeapi import NAMESPACES, NODES, PODS, is_status
 from gpuop_sim.workloads.objects import (
     Obj,
     annotations_of,
@@ -153,7 +153,14 @@ def install_operator_chart(cluster: SimCluster, chart: Path, console: Console) -
         console.print(f"Cannot install the operator chart: {error}")
         return False
     kube = [str(kubectl), "--kubeconfig", str(cluster.kubeconfig)]
-    subprocess.run([*kube, "create", "namespace", OPERATOR_NAMESPACE], capture_output=True, check=False)
+    # `kubectl create` speaks protobuf, which the simulator does not: create the namespace over JSON.
+    try:
+        cluster.api().create(
+            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+        )
+    except Exception as error:
+        if not is_status(error, 409):
+            raise
     rendered = subprocess.run(
         [str(helm), "template", "gpuop", str(chart), "--namespace", OPERATOR_NAMESPACE, "--include-crds"],
         capture_output=True,
@@ -220,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                     live.update(render(snapshot(cluster)))
                     stop.wait(_until(deadline, args.refresh))
+            console.print()  # Live leaves the cursor at the end of the table
     except Exception as error:
         console.print(f"demo failed: {error}")
         return 1
