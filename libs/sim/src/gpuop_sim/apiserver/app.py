@@ -75,10 +75,11 @@ class Router:
             return web.Response(text="ok", content_type="text/plain")
         if path == "/version":
             return json_response(200, discovery.VERSION_INFO)
+        if path == "/openapi/v3":
+            # An empty OpenAPI v3 index: kubectl then uses its compiled-in types for patches.
+            return json_response(200, {"paths": {}})
         if path.startswith("/openapi"):
-            return json_response(
-                200, {"paths": {}} if path == "/openapi/v3" else {"swagger": "2.0", "paths": {}}
-            )
+            raise errors.page_not_found()
         accept = request.headers.get("Accept", "")
         aggregated = "as=APIGroupDiscoveryList" in accept
         if path == "/api":
