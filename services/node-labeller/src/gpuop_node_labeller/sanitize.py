@@ -14,6 +14,14 @@ MAX_NAME = 63
 _INVALID = re.compile(r"[^A-Za-z0-9._\- ]")
 _VALUE = re.compile(r"^(|[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+
+def is_valid_key(key: str) -> bool:
+    prefix, _, _ = key.rpartition("/")
+    return len(prefix) <= 253 and bool(_KEY.match(key))
 
 
 def is_valid_value(value: str) -> bool:
