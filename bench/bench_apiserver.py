@@ -16,9 +16,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client
-
 from gpuop_sim.apiserver import SimApiServer
+from kubernetes import client
 
 NODES = 1000
 WATCHERS = 10
@@ -76,7 +75,7 @@ def _watch_latencies(srv: SimApiServer, core: client.CoreV1Api) -> list[float]:
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run() -> list[dict[str, Any]]:
@@ -107,7 +106,7 @@ def run() -> list[dict[str, Any]]:
                 "notes": f"{count} requests, 1 client",
             }
         )
-        rate, count = _rate(lambda: core.list_node(), SECONDS * 1.5)
+        rate, count = _rate(core.list_node, SECONDS * 1.5)
         rows.append(
             {
                 "name": f"apiserver LIST {NODES} Nodes",
@@ -159,7 +158,7 @@ def run() -> list[dict[str, Any]]:
                 "notes": notes,
             }
         )
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]
     return rows
 
 
