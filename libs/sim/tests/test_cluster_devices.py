@@ -6,6 +6,8 @@ it registers on that node's kubelet.sock exactly as gpuop-device-plugin will.
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -49,6 +51,15 @@ class FakeGpuPlugin(dp.DevicePluginServicer):
                 devices = [dp.Device(ID=d, health=h) for d, h in self.health.items()]
             yield dp.ListAndWatchResponse(devices=devices)
 
+    def Allocate(  # noqa: N802
+        self, request: dp.AllocateRequest, context: grpc.ServicerContext
+    ) -> dp.AllocateResponse:
+        responses = [
+            dp.ContainerAllocateResponse(envs={"FAKE_VISIBLE_DEVICES": ",".join(r.devices_ids)})
+            for r in request.container_requests
+        ]
+        return dp.AllocateResponse(container_responses=responses)
+
     def set_health(self, device: str, health: str) -> None:
         with self._cond:
             self.health[device] = health
@@ -72,9 +83,16 @@ class FakeGpuPlugin(dp.DevicePluginServicer):
             self._server.stop()
 
 
+# A "container" that records its environment and then idles until SIGTERM.
+ENV_DUMP = (
+    "import json, os, sys, time; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ))); time.sleep(300)"
+)
+
+
 @pytest.fixture
 def cluster() -> Iterator[SimCluster]:
-    with SimCluster(profiles=["amd-single", "cpu-only"], pods="process") as sim:
+    commands = {"test/env-dump": [sys.executable, "-c", ENV_DUMP]}
+    with SimCluster(profiles=["amd-single", "cpu-only"], pods="process", image_commands=commands) as sim:
         yield sim
 
 
@@ -120,3 +138,64 @@ def test_registered_plugin_devices_become_node_allocatable(cluster: SimCluster) 
         assert "Insufficient amd.com/gpu" in str(unschedulable(stuck))
     finally:
         plugin.stop()
+
+
+def test_process_pod_gets_its_devices_from_the_plugin_and_releases_them(cluster: SimCluster) -> None:
+    node = cluster.node("amd-0")
+    plugin = FakeGpuPlugin(["gpu-0", "gpu-1"])
+    plugin.start(node.root / "var/lib/kubelet/device-plugins")
+    try:
+        cluster.wait_for(lambda: gpu_resources(cluster, "amd-0") == ("2", "2"), 20, what="2 GPUs allocatable")
+        report = cluster.state_dir / "env.json"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpu-user", "namespace": "default"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "test/env-dump:1",
+                        "args": [str(report)],
+                        "resources": {"limits": {RESOURCE: 1}},
+                    }
+                ],
+            },
+        }
+        cluster.api().create(PODS, pod, "default")
+        cluster.wait_for_object(
+            PODS, "gpu-user", "default", lambda p: (p.get("status") or {}).get("phase") == "Running"
+        )
+        env = cluster.wait_for(
+            lambda: report.is_file() and json.loads(report.read_text() or "{}"), 20, what="env dump"
+        )
+        assert env["FAKE_VISIBLE_DEVICES"] in ("gpu-0", "gpu-1")
+        emulator = cluster.kubelets.device_sources["amd-0"] if cluster.kubelets else None
+        assert emulator is not None
+        (assignment,) = emulator.assignments()
+        assert (assignment.name, assignment.namespace) == ("gpu-user", "default")
+
+        cluster.api().delete(PODS, "gpu-user", "default")
+        cluster.wait_for(lambda: not emulator.assignments(), 20, what="the devices to be released")
+    finally:
+        plugin.stop()
+
+
+def test_pod_asking_for_devices_no_plugin_serves_fails_admission(cluster: SimCluster) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "no-plugin", "namespace": "default"},
+        "spec": {
+            "nodeName": "amd-0",
+            "containers": [
+                {"name": "main", "image": "test/env-dump:1", "resources": {"limits": {RESOURCE: 1}}}
+            ],
+        },
+    }
+    cluster.api().create(PODS, pod, "default")
+    failed = cluster.wait_for_object(
+        PODS, "no-plugin", "default", lambda p: (p.get("status") or {}).get("phase") == "Failed"
+    )
+    assert failed["status"]["reason"] == "UnexpectedAdmissionError"

@@ -26,6 +26,7 @@ from gpuop_sim.workloads.objects import (
     pod_is_terminal,
     spec_of,
 )
+from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator
 from gpuop_sim.workloads.simkubelet.nodestatus import mark_ready, publish_resources
 from gpuop_sim.workloads.simkubelet.stub import StubRunner
 from gpuop_sim.workloads.simkubelet.worker import NodeRuntime, PodWorker, utc_now
@@ -35,8 +36,8 @@ log = logging.getLogger(__name__)
 PodsMode = Literal["process", "stub"]
 
 
-class DeviceSource(Protocol):
-    """What a node's kubelet emulator offers the node status updater."""
+class DeviceSource(DeviceAllocator, Protocol):
+    """What a node's kubelet emulator offers: resources for the Node status, allocation for pods."""
 
     def capacity(self) -> Mapping[str, int]: ...
     def allocatable(self) -> Mapping[str, int]: ...
@@ -144,7 +145,7 @@ class SimKubelets:
                 return
             if pod_is_terminal(pod):
                 return
-            worker = PodWorker(node, pod, self.rest, self._lookup)
+            worker = PodWorker(node, pod, self.rest, self._lookup, self.device_sources.get(node.name))
             self._workers[uid] = worker
         worker.start()
 

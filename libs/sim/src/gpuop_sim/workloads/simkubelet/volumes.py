@@ -12,11 +12,12 @@ import base64
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuop_sim.workloads.objects import Obj
+from gpuop_sim.workloads.objects import Obj, meta, namespace_of, spec_of
+from gpuop_sim.workloads.simkubelet.podspec import ContainerConfigError
 
 DATA_LINK = "..data"
 
@@ -96,3 +97,44 @@ def _read_dir(root: Path) -> dict[str, bytes]:
 def service_account_files(namespace: str, token: str) -> dict[str, bytes]:
     """What the projected kube-api-access volume holds; clients use the kubeconfig we inject instead."""
     return {"token": token.encode(), "namespace": namespace.encode(), "ca.crt": b""}
+
+
+def refresh_pod_volumes(
+    pod: Obj,
+    dirs: Mapping[str, Path],
+    lookup: Callable[[str], Mapping[str, Obj]],
+    versions: dict[str, str],
+    *,
+    force: bool,
+) -> None:
+    """(Re)write the pod's configMap/secret volumes whose source changed since `versions` recorded it.
+
+    `lookup("configmaps"|"secrets")` maps "ns/name" to the object; `dirs` maps volume name to its
+    host dir. A missing, non-optional source is a CreateContainerConfigError, as on a kubelet.
+    """
+    namespace = namespace_of(pod)
+    for volume in spec_of(pod).get("volumes") or []:
+        name = str(volume.get("name") or "")
+        target = dirs[name]
+        if "hostPath" in volume:
+            continue
+        if "configMap" in volume or "secret" in volume:
+            kind = "configmaps" if "configMap" in volume else "secrets"
+            source = volume.get("configMap") or volume.get("secret") or {}
+            source_name = source.get("name") or source.get("secretName")
+            obj = lookup(kind).get(f"{namespace}/{source_name}")
+            version = str(meta(obj).get("resourceVersion")) if obj else ""
+            if not force and versions.get(name) == version:
+                continue
+            files = configmap_files(source, obj) if kind == "configmaps" else secret_files(source, obj)
+            if files is None and not source.get("optional"):
+                raise ContainerConfigError(
+                    "CreateContainerConfigError", f'{kind[:-1]} "{source_name}" not found for volume {name!r}'
+                )
+            write_atomic_dir(target, files or {})
+            versions[name] = version
+        elif "projected" in volume:
+            if force:
+                write_atomic_dir(target, service_account_files(namespace, "sim-token"))
+        else:
+            target.mkdir(parents=True, exist_ok=True)

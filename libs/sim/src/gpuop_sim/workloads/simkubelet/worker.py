@@ -19,6 +19,7 @@ from typing import Any
 
 from gpuop_sim.workloads.kubeapi import PODS, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, meta, name_of, namespace_of, spec_of
+from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
 from gpuop_sim.workloads.simkubelet.podspec import (
     ContainerConfigError,
     PodContext,
@@ -31,12 +32,7 @@ from gpuop_sim.workloads.simkubelet.podspec import (
 from gpuop_sim.workloads.simkubelet.probes import run_probe
 from gpuop_sim.workloads.simkubelet.process import ContainerProcess
 from gpuop_sim.workloads.simkubelet.status import ContainerState, comparable, pod_status
-from gpuop_sim.workloads.simkubelet.volumes import (
-    configmap_files,
-    secret_files,
-    service_account_files,
-    write_atomic_dir,
-)
+from gpuop_sim.workloads.simkubelet.volumes import refresh_pod_volumes
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +42,10 @@ _MAX_BACKOFF = 5.0
 
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# Waiting reasons after which the kubelet gives the pod up instead of retrying.
+_TERMINAL_REASONS = ("ErrImagePull", "UnexpectedAdmissionError")
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,11 @@ class PodWorker:
         pod: Obj,
         rest: KubeRest,
         lookup: Callable[[str], Mapping[str, Obj]],
+        devices: DeviceAllocator | None = None,
     ) -> None:
         self.runtime = runtime
+        self._devices = devices
+        self._allocated = False
         self.rest = rest
         self._lookup = lookup  # "configmaps"/"secrets" -> {"ns/name": obj}
         self._pod = pod
@@ -161,7 +164,7 @@ class PodWorker:
                     )
                     for c in spec_of(self.pod).get("containers") or []
                 ]
-                if error.reason == "ErrImagePull":
+                if error.reason in _TERMINAL_REASONS:
                     self._patch(
                         pod_status(
                             "Failed",
@@ -203,39 +206,26 @@ class PodWorker:
                     log_path=self.pod_dir / "logs" / f"{name}.log",
                 )
             )
+        self._allocate_devices(containers)
         self._containers = containers
 
+    def _allocate_devices(self, containers: list[_Container]) -> None:
+        specs = [c.spec for c in containers]
+        granted = admit_devices(
+            self._devices, self.runtime.root, (namespace_of(self.pod), name_of(self.pod)), specs
+        )
+        if granted is None:
+            return
+        self._allocated = True
+        for container in containers:
+            grant = granted.get(container.state.name)
+            if grant is not None:
+                container.env.update(grant.env)
+                container.mounts.extend(grant.mounts)
+
     def _refresh_volumes(self, *, force: bool = False) -> None:
-        """(Re)write configMap/secret/projected volumes whose source object changed."""
-        pod = self.pod
-        namespace = namespace_of(pod)
-        volumes = volume_dirs(pod, self.runtime.root, self.pod_dir)
-        for volume in spec_of(pod).get("volumes") or []:
-            name = str(volume.get("name") or "")
-            target = volumes[name]
-            if "hostPath" in volume:
-                continue
-            if "configMap" in volume or "secret" in volume:
-                kind = "configmaps" if "configMap" in volume else "secrets"
-                source = volume.get("configMap") or volume.get("secret") or {}
-                source_name = source.get("name") or source.get("secretName")
-                obj = self._lookup(kind).get(f"{namespace}/{source_name}")
-                version = str(meta(obj).get("resourceVersion")) if obj else ""
-                if not force and self._volume_versions.get(name) == version:
-                    continue
-                files = configmap_files(source, obj) if kind == "configmaps" else secret_files(source, obj)
-                if files is None and not source.get("optional"):
-                    raise ContainerConfigError(
-                        "CreateContainerConfigError",
-                        f'{kind[:-1]} "{source_name}" not found for volume {name!r}',
-                    )
-                write_atomic_dir(target, files or {})
-                self._volume_versions[name] = version
-            elif "projected" in volume:
-                if force:
-                    write_atomic_dir(target, service_account_files(namespace, "sim-token"))
-            else:
-                target.mkdir(parents=True, exist_ok=True)
+        dirs = volume_dirs(self.pod, self.runtime.root, self.pod_dir)
+        refresh_pod_volumes(self.pod, dirs, self._lookup, self._volume_versions, force=force)
 
     # -- per tick --------------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -381,6 +371,8 @@ class PodWorker:
             if container.process is not None:
                 container.process.stop(grace)
                 container.process = None
+        if self._allocated and self._devices is not None:
+            self._devices.release(name_of(self.pod), namespace_of(self.pod))
         if self._delete_pod:
             try:
                 self.rest.delete(
