@@ -37,7 +37,9 @@ def _rate(call: Callable[[], object], seconds: float) -> tuple[float, int]:
 
 def _watch_latencies(srv: SimApiServer, core: client.CoreV1Api) -> list[float]:
     """Write a node label WRITES times; each of WATCHERS raw watch streams timestamps its arrival."""
-    rv = core.list_node(limit=1).metadata.resource_version
+    meta = core.list_node(limit=1).metadata
+    assert meta is not None
+    rv = meta.resource_version
     sent: dict[str, float] = {}
     arrivals: list[list[tuple[str, float]]] = [[] for _ in range(WATCHERS)]
     ready = threading.Barrier(WATCHERS + 1)
@@ -86,7 +88,11 @@ def run() -> list[dict[str, Any]]:
         start = time.perf_counter()
         for i in range(NODES):
             core.create_node(
-                {"metadata": {"name": f"bench-node-{i}", "labels": {"amd.com/gpu.present": "true"}}}
+                client.V1Node(
+                    metadata=client.V1ObjectMeta(
+                        name=f"bench-node-{i}", labels={"amd.com/gpu.present": "true"}
+                    )
+                )
             )
         create_s = time.perf_counter() - start
         rows.append(
