@@ -14,6 +14,7 @@ from gpuop_device_plugin.service import DevicePluginService
 from gpuop_sim.kubelet import KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo
 
+
 class PluginHandle:
     def __init__(self, service: DevicePluginService, stopping: Stopping, info: NodeRootInfo) -> None:
         self.service = service
