@@ -58,6 +58,7 @@ class SimNode:
     root: Path
     address: str
     env: Mapping[str, str] = field(default_factory=dict)
+    partitions: int = 0  # AMD compute partitions / NVIDIA MIG devices
 
 
 def node_address(index: int) -> str:
@@ -216,6 +217,7 @@ class SimCluster:
                     root=root,
                     address=node_address(index),
                     env=dict(info.env),
+                    partitions=int(info.partition_count),
                 )
             )
         return nodes

@@ -111,7 +111,7 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
             NodeRow(
                 node=name,
                 vendor=sim.vendor if sim else "?",
-                gpus=f"{labels_of(node).get(PROFILE_LABEL, '?')} x{sim.gpu_count if sim else '?'}",
+                gpus=_gpus(labels_of(node).get(PROFILE_LABEL, "?"), sim),
                 ready="Ready" if node_is_ready(node) else "NotReady",
                 stage=stage_of(node),
                 pods=f"{ready}/{len(on_node)} ready" + (f": {pod_names}" if pod_names else ""),
@@ -120,6 +120,13 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
             )
         )
     return rows
+
+
+def _gpus(profile: str, sim: SimNode | None) -> str:
+    if sim is None:
+        return profile
+    partitions = f", {sim.partitions} partitions" if sim.partitions else ""
+    return f"{profile} x{sim.gpu_count}{partitions}"
 
 
 def render(rows: Sequence[NodeRow]) -> Table:
