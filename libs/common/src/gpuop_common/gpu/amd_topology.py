@@ -191,13 +191,13 @@ class TopologyCache:
     """
 
     def __init__(self) -> None:
-        self._key: tuple[str, tuple[str, ...]] | None = None
+        self._key: tuple[bytes, tuple[str, ...]] | None = None
         self._nodes: list[KfdNode] = []
 
     def read(self, root: Path) -> list[KfdNode]:
         topology = root / KFD_TOPOLOGY
         try:
-            generation = (topology / "generation_id").read_text().strip()
+            generation = (topology / "generation_id").read_bytes()
             listing = tuple(sorted(p.name for p in (topology / "nodes").iterdir()))
         except OSError:
             self._key = None
