@@ -23,7 +23,7 @@ def cpx_root(tmp_path_factory):
     return build_node_root("amd-mi300x-cpx", tmp_path_factory.mktemp("fuzz") / "root")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     target=st.sampled_from([("dev", f) for f in DEVICE_FILES] + [("kfd", f) for f in KFD_FILES]),
     content=st.one_of(st.binary(max_size=64), st.text(max_size=64).map(str.encode)),
