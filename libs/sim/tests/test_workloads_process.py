@@ -239,3 +239,17 @@ def test_stop_leaves_no_container_processes(tmp_path: Path) -> None:
         sim.stop()
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
+
+
+def test_exec_readiness_probe_runs_locally_with_container_paths_rewritten(cluster: SimCluster) -> None:
+    api = cluster.api()
+    spec = pod(
+        "exec-probe",
+        ["--config=/dev/null", "--report=/work/report.json", f"--port={PORT + 2}"],
+        readinessProbe={"exec": {"command": ["test", "-f", "/work/report.json"]}, "periodSeconds": 1},
+        volumeMounts=[{"name": "work", "mountPath": "/work"}],
+    )
+    spec["spec"]["volumes"] = [{"name": "work", "emptyDir": {}}]
+    api.create(PODS, spec, NS)
+    ready = cluster.wait_for_object(PODS, "exec-probe", NS, is_ready, timeout=30)
+    assert ready["status"]["containerStatuses"][0]["ready"] is True
