@@ -60,8 +60,9 @@ def test_one_amd_gpu_turns_unhealthy_within_a_second_and_recovers(
         def undo() -> None:
             set_kfd_property(info.root, node, "gfx_target_version", original)
     elif fault == "device_node":
-        render = next(d for d in sorted((info.root / "sys/class/drm").iterdir()) if d.name.startswith("renderD")
-                      and (d / "device").resolve() == (info.root / "sys/bus/pci/devices" / victim).resolve())  # fmt: skip
+        pci = (info.root / "sys/bus/pci/devices" / victim).resolve()
+        drm = sorted((info.root / "sys/class/drm").iterdir())
+        render = next(d for d in drm if d.name.startswith("renderD") and (d / "device").resolve() == pci)
         saved = (info.root / "dev/dri" / render.name).read_bytes()
         remove_file(info.root, f"dev/dri/{render.name}")
 
