@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from gpuop_common.gpu.models import GpuDevice
 
 from gpuop_node_labeller.amd_labels import amd_labels
+from gpuop_node_labeller.facts import checked
 from gpuop_node_labeller.neutral_labels import neutral_labels
 from gpuop_node_labeller.nvidia_labels import nvidia_labels
 from gpuop_node_labeller.options import LabelOptions, MigStrategy
@@ -22,7 +23,7 @@ def labels_for(gpus: Sequence[GpuDevice], options: LabelOptions | None = None) -
     describes all GPUs.
     """
     chosen = options or LabelOptions()
-    ordered = sorted(gpus, key=lambda g: (g.vendor.value, g.index))
+    ordered = [checked(g) for g in sorted(gpus, key=lambda g: (g.vendor.value, g.index))]
     labels: dict[str, str] = {}
     if "amd" in chosen.label_sets:
         labels |= amd_labels(ordered, chosen)

@@ -50,7 +50,9 @@ def memory_mode(gpu: GpuDevice) -> str | None:
 
 
 def partition_count(gpu: GpuDevice) -> int:
-    return len(gpu.partitions) + len(gpu.mig_devices)
+    """Schedulable partitions; a GPU listed as its own single partition is not partitioned."""
+    amd = len(gpu.partitions) if len(gpu.partitions) > 1 else 0
+    return amd + len(gpu.mig_devices)
 
 
 def neutral_labels(gpus: Sequence[GpuDevice]) -> dict[str, str]:
