@@ -1,0 +1,1 @@
+"""gpuop metrics exporter: GPU telemetry as Prometheus metrics, attributed to the pods using the GPUs."""

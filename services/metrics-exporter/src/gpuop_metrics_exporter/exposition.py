@@ -1,0 +1,207 @@
+"""From one collection (devices, telemetry, health, pod assignments, config) to metric families.
+
+`build_families` is pure: the collector calls it once per interval and renders the result once, so
+a scrape only copies bytes. Series of a GPU that is no longer enumerated simply are not built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from gpuop_common.config import MetricsExporterConfig
+from gpuop_common.config.metrics_exporter import NamingSet
+from gpuop_common.gpu import GpuDevice, GpuHealth, GpuTelemetry, Vendor
+from prometheus_client import generate_latest
+from prometheus_client.metrics_core import Metric
+
+from gpuop_metrics_exporter.attribution import Assignments, PodRef, holders_of
+from gpuop_metrics_exporter.entities import (
+    POD_LABELS,
+    Entity,
+    applies,
+    entities_for,
+    entity_labels,
+    health_reasons,
+)
+from gpuop_metrics_exporter.naming import AMD_NODE_FAMILY, Family, NamingTable
+from gpuop_metrics_exporter.readings import Readings, last_xid, telemetry_readings
+
+LabelDict = dict[str, str]
+
+
+@dataclass(frozen=True)
+class BackendReading:
+    """What one backend returned in one collection."""
+
+    vendor: Vendor
+    devices: list[GpuDevice]
+    telemetry: list[GpuTelemetry]
+    health: list[GpuHealth]
+
+
+@dataclass
+class FamilySet:
+    """Samples grouped by family, in the order families were first used."""
+
+    families: dict[str, Family] = field(default_factory=dict)
+    samples: dict[str, list[tuple[LabelDict, float]]] = field(default_factory=dict)
+
+    def add(self, family: Family, labels: LabelDict, value: float) -> None:
+        if family.name not in self.families:
+            self.families[family.name] = family
+            self.samples[family.name] = []
+        self.samples[family.name].append((labels, value))
+
+    def metrics(self) -> list[Metric]:
+        result = []
+        for name, family in self.families.items():
+            # prometheus_client appends `_total` to a counter family's name itself.
+            base = name.removesuffix("_total") if family.kind == "counter" else name
+            metric = Metric(base, family.help, family.kind)
+            for labels, value in self.samples[name]:
+                metric.add_sample(name, labels, value)
+            result.append(metric)
+        return result
+
+
+def entity_readings(entity: Entity, tel: GpuTelemetry | None, health: GpuHealth | None) -> Readings:
+    """Readings of one entity except `health` (thresholds decide that after all series exist)."""
+    readings: Readings = {}
+    if tel is not None:
+        readings.update(telemetry_readings(tel, entity.gpu.vendor))
+    part = entity.partition
+    if part is not None:
+        if part.memory_bytes is not None:
+            readings["partition.memory"] = float(part.memory_bytes)
+        if part.compute_units is not None:
+            readings["compute_units"] = float(part.compute_units)
+    elif entity.mig is None and entity.gpu.compute_units is not None:
+        readings["compute_units"] = float(entity.gpu.compute_units)
+    if entity.gpu.vendor == Vendor.NVIDIA and entity.device_readings:
+        readings["xid.last"] = float(last_xid(health.reasons if health else ()) or 0)
+    return readings
+
+
+def pod_label_sets(holders: tuple[PodRef, ...]) -> list[LabelDict]:
+    """One label set per container holding the device (shared GPUs repeat the series, like dcgm)."""
+    if not holders:
+        return [dict.fromkeys(POD_LABELS, "")]
+    return [{"pod": h.pod, "namespace": h.namespace, "container": h.container} for h in holders]
+
+
+def allowed(name: str, config: MetricsExporterConfig) -> bool:
+    return (not config.fields_allow or name in config.fields_allow) and name not in config.fields_deny
+
+
+def threshold_violations(samples: Iterable[tuple[str, float]], config: MetricsExporterConfig) -> list[str]:
+    """Threshold breaches among one GPU's samples (name, value), as readable messages."""
+    limits = {t.metric: t for t in config.health_thresholds}
+    found = []
+    for name, value in samples:
+        limit = limits.get(name)
+        if limit is None:
+            continue
+        if limit.max is not None and value > limit.max:
+            found.append(f"{name}={value:g} above {limit.max:g}")
+        elif limit.min is not None and value < limit.min:
+            found.append(f"{name}={value:g} below {limit.min:g}")
+    return found
+
+
+@dataclass
+class BuildResult:
+    families: FamilySet
+    unhealthy: dict[str, list[str]]  # GPU id -> health reasons and threshold breaches
+    label_conflicts: list[str]  # extra labels dropped because they would replace identity labels
+
+
+def _telemetry_index(reading: BackendReading) -> dict[tuple[str, str | None], GpuTelemetry]:
+    return {(t.gpu_id, t.partition_id): t for t in reading.telemetry}
+
+
+def _telemetry_of(
+    entity: Entity, index: Mapping[tuple[str, str | None], GpuTelemetry]
+) -> GpuTelemetry | None:
+    if entity.mig is not None:
+        return index.get((entity.gpu.id, entity.mig.uuid))
+    return index.get((entity.gpu.id, None)) if entity.device_readings else None
+
+
+def _sets_for(
+    vendor: Vendor, tables: Mapping[NamingSet, NamingTable], enabled: Iterable[NamingSet]
+) -> list[NamingTable]:
+    return [tables[name] for name in enabled if name in tables and applies(name, vendor)]
+
+
+def build_families(
+    readings: Iterable[BackendReading],
+    assignments: Assignments,
+    config: MetricsExporterConfig,
+    hostname: str,
+    tables: Mapping[NamingSet, NamingTable],
+) -> BuildResult:
+    out = FamilySet()
+    unhealthy: dict[str, list[str]] = {}
+    conflicts: set[str] = set()
+    amd_count = 0
+    for reading in readings:
+        index = _telemetry_index(reading)
+        health = {h.gpu_id: h for h in reading.health}
+        sets = _sets_for(reading.vendor, tables, config.naming_sets)
+        entities = entities_for(reading.devices)
+        pending: list[tuple[Entity, NamingTable, LabelDict]] = []
+        per_gpu_samples: dict[str, list[tuple[str, float]]] = {}
+        for entity in entities:
+            amd_count += reading.vendor == Vendor.AMD
+            values = entity_readings(entity, _telemetry_of(entity, index), health.get(entity.gpu.id))
+            holders = holders_of(entity.device_ids, assignments)
+            for table in sets:
+                identity = entity_labels(entity, table.name, hostname)
+                for pods in pod_label_sets(holders):
+                    labels = {**identity, **pods}
+                    for name, text in config.extra_labels.items():
+                        if name in labels:
+                            conflicts.add(name)
+                        else:
+                            labels[name] = text
+                    pending.append((entity, table, labels))
+                    for key, value in values.items():
+                        for spec in table.resolve(key):
+                            if not allowed(spec.name, config):
+                                continue
+                            sample = {**labels, **dict(spec.labels)} if spec.labels else labels
+                            out.add(table.families[spec.name], sample, value * spec.scale)
+                            per_gpu_samples.setdefault(entity.gpu.id, []).append(
+                                (spec.name, value * spec.scale)
+                            )
+        for gpu in reading.devices:
+            reasons = [r.message for r in health.get(gpu.id, GpuHealth(gpu.id)).reasons]
+            reasons += threshold_violations(per_gpu_samples.get(gpu.id, ()), config)
+            if reasons:
+                unhealthy[gpu.id] = reasons
+        for entity, table, labels in pending:
+            own = health_reasons(entity, health.get(entity.gpu.id))
+            healthy = not own and entity.gpu.id not in unhealthy
+            for spec in table.resolve("health"):
+                if allowed(spec.name, config):
+                    out.add(table.families[spec.name], labels, 1.0 if healthy else 0.0)
+    if amd_count and "amd" in config.naming_sets and allowed(AMD_NODE_FAMILY.name, config):
+        node_labels = {"hostname": hostname, **config.extra_labels}
+        out.add(AMD_NODE_FAMILY, node_labels, float(amd_count))
+    return BuildResult(out, unhealthy, sorted(conflicts))
+
+
+class StaticCollector:
+    """A custom collector over fixed metric objects (never the process-global registry)."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._metrics)
+
+
+def render(metrics: list[Metric]) -> bytes:
+    """Prometheus text exposition 0.0.4 of `metrics`."""
+    return generate_latest(StaticCollector(metrics))

@@ -1,0 +1,37 @@
+"""Command-line flags and `GPUOP_*` env vars of the exporter (on top of the common agent flags)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from gpuop_common.kubelet import podresources as pr
+from gpuop_common.settings import AgentSettings
+from pydantic import Field, model_validator
+
+DEFAULT_PORT = 5000  # the AMD exporter's; dcgm-exporter users pick 9400
+DEFAULT_CONFIG_FILE = Path("/etc/gpuop/config.yaml")
+
+
+class ExporterSettings(AgentSettings):
+    port: int = Field(
+        DEFAULT_PORT, ge=1, le=65535, description="Port of /metrics, /healthz, /readyz and /health."
+    )
+    pod_resources_socket: Path = Field(
+        Path(pr.POD_RESOURCES_SOCKET), description="Kubelet pod-resources socket, for pod labels."
+    )
+    config_map_file: Path = Field(
+        DEFAULT_CONFIG_FILE,
+        description="Mounted ConfigMap file (metricsExporter section); hot-reloaded when it changes.",
+    )
+    vendor: Literal["auto", "amd", "nvidia"] = Field(
+        "auto", description="GPU vendor to read; auto opens every vendor found under --host-root."
+    )
+    # The shared runtime's own probe listener; Kubernetes probes use --port, so any free port will do.
+    probe_port: int = Field(0, ge=0, le=65535, description="Port of the runtime's probe server (0 = any).")
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> ExporterSettings:
+        if self.probe_port == self.port:
+            raise ValueError(f"--probe-port must differ from --port ({self.port}); 0 picks a free port")
+        return self
