@@ -1,0 +1,99 @@
+"""charts/device-plugin rendered with the real helm and validated against the Kubernetes schemas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from gpuop_common.config import DevicePluginConfig
+from gpuop_common.config.schema import structural_schema
+from gpuop_sim import helm
+
+CHART = Path(__file__).resolve().parents[3] / "charts" / "device-plugin"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _dependencies() -> None:
+    helm.dependency_build(CHART)
+
+
+def kind(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == name)
+
+
+def test_lints_strict() -> None:
+    assert helm.lint(CHART).returncode == 0
+
+
+@pytest.mark.parametrize("kube_version", ["1.29.0", "1.35.0"])
+def test_standalone_render_validates_and_selects_gpu_nodes(kube_version: str) -> None:
+    docs = helm.template(CHART, release="gpuop", kube_version=kube_version)
+    assert helm.validate_manifests(docs, kube_version) == []
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "DaemonSet", "ServiceAccount"]  # no RBAC needed
+    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert [t["matchExpressions"][0]["key"] for t in terms] == [
+        "feature.node.kubernetes.io/pci-1002.present",
+        "feature.node.kubernetes.io/pci-10de.present",
+    ]
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    assert container["image"] == "gpuop/gpuop-device-plugin:0.1.0"
+    sc = container["securityContext"]
+    assert (
+        sc["privileged"] is False and sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"]
+    )
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["host-root"]["readOnly"] is True
+    assert mounts["device-plugins"]["mountPath"] == "/var/lib/kubelet/device-plugins"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["device-plugins"]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
+    assert "--socket-dir=/var/lib/kubelet/device-plugins" in container["args"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
+    config = DevicePluginConfig.model_validate(yaml.safe_load(kind(docs, "ConfigMap")["data"]["config.yaml"]))
+    assert config == DevicePluginConfig()
+
+
+def test_operator_managed_render_selects_the_deploy_label() -> None:
+    docs = helm.template(CHART, values=["operatorManaged=true"])
+    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpuop.dev/deploy.device-plugin": "true"}
+    assert "affinity" not in pod
+
+
+def test_custom_kubelet_dir_and_nvidia_privileges() -> None:
+    docs = helm.template(
+        CHART, values=["kubeletSocketPath=/var/lib/k0s/kubelet/device-plugins", "privileged=true"]
+    )
+    assert helm.validate_manifests(docs, "1.35.0") == []
+    (container,) = kind(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    assert "--socket-dir=/var/lib/k0s/kubelet/device-plugins" in container["args"]
+    assert container["securityContext"]["privileged"] is True
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "config.resourceNamingStrategy=bogus",
+        "config.migStrategy=full",
+        "config.typo=1",
+        "healthInterval=0",
+        "extra=1",
+    ],
+)
+def test_schema_rejects_bad_values(bad: str) -> None:
+    with pytest.raises(helm.ChartError) as err:
+        helm.template(CHART, values=[bad])
+    assert "schema" in str(err.value)
+
+
+def test_config_schema_is_the_generated_one() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["config"] == structural_schema(DevicePluginConfig, forbid_unknown=True)
