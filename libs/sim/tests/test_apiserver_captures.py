@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
-
 from gpuop_sim.apiserver import SimApiServer
 from gpuop_sim.binaries import find_binary
+from kubernetes import client, watch
 
 GOLDEN = Path(__file__).resolve().parents[3].parent / "shared/fixtures/kube-apiserver-1.36"
 pytestmark = pytest.mark.skipif(not GOLDEN.is_dir(), reason=f"golden transcripts not found at {GOLDEN}")
@@ -124,10 +123,14 @@ def test_python_client_captures(seeded: SimApiServer) -> None:
 def test_kubectl_captures(seeded: SimApiServer, tmp_path: Path) -> None:
     kubeconfig = seeded.write_kubeconfig(tmp_path / "kubeconfig")
     files = {
-        "cm-create.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kubectl-create-cm, namespace: default}\ndata: {a: '1'}\n",
-        "cm-apply.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kubectl-apply-cm, namespace: default}\ndata: {a: '1'}\n",
-        "cm-ssa.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kubectl-ssa-cm, namespace: default}\ndata: {a: '1'}\n",
-        "dc-apply.yaml": "apiVersion: gpuop.dev/v1alpha1\nkind: DeviceConfig\nmetadata: {name: kubectl-apply-dc, namespace: default}\n"
+        "cm-create.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: "
+        "kubectl-create-cm, namespace: default}\ndata: {a: '1'}\n",
+        "cm-apply.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: "
+        "kubectl-apply-cm, namespace: default}\ndata: {a: '1'}\n",
+        "cm-ssa.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: "
+        "kubectl-ssa-cm, namespace: default}\ndata: {a: '1'}\n",
+        "dc-apply.yaml": "apiVersion: gpuop.dev/v1alpha1\nkind: "
+        "DeviceConfig\nmetadata: {name: kubectl-apply-dc, namespace: default}\n"
         "spec: {mode: shared}\n",
     }
     for name, text in files.items():

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 import urllib3
+from gpuop_sim.apiserver import SimApiServer
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
-
-from gpuop_sim.apiserver import SimApiServer
 
 WIDGET_CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",

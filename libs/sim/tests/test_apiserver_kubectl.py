@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from gpuop_sim.apiserver import SimApiServer
 from gpuop_sim.binaries import find_binary
 
@@ -99,7 +98,7 @@ class Kubectl:
         self.base = [str(find_binary("kubectl")), "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache)]
 
     def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=60, check=False)
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc

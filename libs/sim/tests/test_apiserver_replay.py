@@ -17,7 +17,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
 from gpuop_sim.apiserver import SimApiServer
 
 GOLDEN = Path(__file__).resolve().parents[3].parent / "shared/fixtures/kube-apiserver-1.36"
@@ -118,9 +117,8 @@ def test_replay_golden_file(name: str, replayer: ModuleType, bare_server: SimApi
             continue
         replayed += 1
         case_id = f"{name}:{case['case']}"
-        if case_id in KNOWN_DIFFERENCES:
-            case = _without_fork_source(case)
-        diffs = replayer.replay_case(client, case)
+        expected = _without_fork_source(case) if case_id in KNOWN_DIFFERENCES else case
+        diffs = replayer.replay_case(client, expected)
         if diffs:
             failures[case_id] = diffs
     assert replayed > 0

@@ -160,7 +160,7 @@ def validate_pod_spec(spec: JsonObj, base: str = "spec") -> list[JsonObj]:
             res = c.get("resources") or {}
             limits, requests = res.get("limits") or {}, res.get("requests") or {}
             path = f"{base}.{group}[{i}].resources"
-            for name, qty in requests.items():
+            for name in requests:
                 if is_extended_resource(name) and name not in limits:
                     causes.append(
                         cause(

@@ -166,7 +166,7 @@ class Router:
                 await self._wait_for_rv(
                     int(query["resourceVersion"]) if query["resourceVersion"].isdigit() else 0
                 )
-            items, meta = core.list(rt, ns, query)
+            items, meta = core.list_items(rt, ns, query)
             if tables.wants_table(request.headers.get("Accept", "")):
                 return json_response(200, tables.table(rt, [s.obj for s in items], meta))
             return raw_response(
@@ -224,18 +224,21 @@ class Router:
                 body = decode_body(raw, "application/apply-patch+yaml", rt.kind).value
                 force = query.get("force") == "true"
                 return result_response(
-                    ssa.apply(core, rt, ns or "", t.name, body, opts, force=force, subresource=t.subresource)
+                    ssa.apply(
+                        core, rt, ns or "", t.name, body, opts=opts, force=force, subresource=t.subresource
+                    )
                 )
             body = decode_body(raw, "application/json", rt.kind).value
             return result_response(
-                core.patch(rt, ns or "", t.name, ptype, body, opts, subresource=t.subresource)
+                core.patch(rt, ns or "", t.name, ptype, body, opts=opts, subresource=t.subresource)
             )
         decoded = decode_body(raw, ctype, rt.kind)
         if decoded.duplicates:
             dup = ", ".join(f'duplicate field "{d}"' for d in decoded.duplicates)
             if opts.field_validation == "Strict":
                 raise errors.bad_request(
-                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict decoding error: {dup}'
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a '
+                    f"{rt.kind}: strict decoding error: {dup}"
                 )
             if opts.field_validation == "Warn":
                 opts.warnings.append(dup)

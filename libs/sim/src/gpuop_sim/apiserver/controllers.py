@@ -186,10 +186,10 @@ class Controllers:
             return
         namespaces = self.core.registry.get("", "v1", "namespaces")
         assert namespaces is not None
-        stored = self.core.store.get(namespaces.key, "", ns)
-        if stored is None:
+        ns_obj = self.core.store.get(namespaces.key, "", ns)
+        if ns_obj is None:
             return
-        obj = stored.copy()
+        obj = ns_obj.copy()
         obj["spec"]["finalizers"] = [
             f for f in obj.get("spec", {}).get("finalizers") or [] if f != "kubernetes"
         ]

@@ -56,7 +56,8 @@ def validate_crd(crd: JsonObj) -> list[JsonObj]:
         causes.append(
             cause(
                 "FieldValueNotSupported",
-                f'Unsupported value: {quote(spec.get("scope", ""))}: supported values: "Cluster", "Namespaced"',
+                f"Unsupported value: {quote(spec.get('scope', ''))}: "
+                'supported values: "Cluster", "Namespaced"',
                 "spec.scope",
             )
         )
@@ -325,7 +326,8 @@ def _to_causes(err: jsonschema.ValidationError, path: list[Any]) -> list[JsonObj
     # status is validated against its own sub-schema, so its messages drop the "status." prefix.
     shown = field[len("status.") :] if field.startswith("status.") else field
     value = err.instance
-    kind, arg = err.validator, err.validator_value
+    kind = err.validator
+    arg: Any = err.validator_value
     if kind == "required":
         present = value if isinstance(value, dict) else {}
         return [

@@ -96,7 +96,8 @@ def precondition_rv_conflict(ref: ResourceRef, name: str, wanted: str, actual: s
         409,
         "Conflict",
         f'Operation cannot be fulfilled on {ref.kind} "{name}": the ResourceVersion in the precondition '
-        f"({wanted}) does not match the ResourceVersion in record ({actual}). The object might have been modified",
+        f"({wanted}) does not match the ResourceVersion in record "
+        f"({actual}). The object might have been modified",
         {"name": name, **({"group": ref.group} if ref.group else {}), "kind": ref.kind},
     )
 

@@ -32,9 +32,7 @@ def core_to_v1(obj: JsonObj) -> JsonObj:
         value = obj.get(core_key)
         if core_key == "source":
             out[v1_key] = value or {}
-        elif core_key in ("firstTimestamp", "lastTimestamp"):
-            out[v1_key] = value
-        elif value not in (None, "", 0):
+        elif core_key in ("firstTimestamp", "lastTimestamp") or value not in (None, "", 0):
             out[v1_key] = value
     return out
 
@@ -45,9 +43,7 @@ def v1_to_core(obj: JsonObj) -> JsonObj:
         value = obj.get(v1_key)
         if core_key in ("involvedObject", "source"):
             out[core_key] = value or {}
-        elif core_key in ("firstTimestamp", "lastTimestamp"):
-            out[core_key] = value
-        elif value not in (None, ""):
+        elif core_key in ("firstTimestamp", "lastTimestamp") or value not in (None, ""):
             out[core_key] = value
     for key in _SHARED:
         if key in obj:

@@ -37,9 +37,9 @@ def kube_api_client(sim_kubeconfig: Path) -> Iterator[Any]:
     from kubernetes import client, config
 
     configuration = client.Configuration()
-    config.load_kube_config(config_file=str(sim_kubeconfig), client_configuration=configuration)
+    config.load_kube_config(config_file=str(sim_kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
     api = client.ApiClient(configuration)
     try:
         yield api
     finally:
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]

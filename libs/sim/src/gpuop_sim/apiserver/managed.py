@@ -66,14 +66,14 @@ def item_key(item: Any, keys: list[str]) -> str:
 
 
 def walk(
-    rt: ResourceType, value: Any, schema: JsonObj | None, prefix: Path, out: set[Path], field: str
+    rt: ResourceType, value: Any, schema: JsonObj | None, prefix: Path, out: set[Path], *, field: str
 ) -> None:
     if isinstance(value, dict):
         if not value:
             out.add(prefix)
             return
         for name, child in value.items():
-            walk(rt, child, child_schema(schema, name), (*prefix, "f:" + name), out, name)
+            walk(rt, child, child_schema(schema, name), (*prefix, "f:" + name), out, field=name)
     elif isinstance(value, list):
         kind, keys = list_kind(rt, field, schema)
         item_schema = (schema or {}).get("items") if schema is not None else None
@@ -82,7 +82,9 @@ def walk(
                 item_path = (*prefix, item_key(item, keys))
                 out.add((*item_path, "."))
                 for name, child in item.items():
-                    walk(rt, child, child_schema(item_schema, name), (*item_path, "f:" + name), out, name)
+                    walk(
+                        rt, child, child_schema(item_schema, name), (*item_path, "f:" + name), out, field=name
+                    )
         elif kind == "set":
             for item in value:
                 out.add((*prefix, "v:" + json.dumps(item, separators=(",", ":"))))
@@ -105,9 +107,9 @@ def field_set(rt: ResourceType, obj: JsonObj, *, subresource: str = "") -> set[P
         if name == "metadata" and isinstance(child, dict):
             for mname, mval in child.items():
                 if mname not in IGNORED_META:
-                    walk(rt, mval, None, ("f:metadata", "f:" + mname), out, mname)
+                    walk(rt, mval, None, ("f:metadata", "f:" + mname), out, field=mname)
             continue
-        walk(rt, child, child_schema(schema, name), ("f:" + name,), out, name)
+        walk(rt, child, child_schema(schema, name), ("f:" + name,), out, field=name)
     return out
 
 
@@ -153,7 +155,7 @@ def entries(obj: JsonObj) -> list[JsonObj]:
 
 
 def set_entry(
-    existing: list[JsonObj], rt: ResourceType, manager: str, op: str, sub: str, paths: set[Path]
+    existing: list[JsonObj], rt: ResourceType, manager: str, op: str, *, sub: str, paths: set[Path]
 ) -> list[JsonObj]:
     out = [
         e
@@ -227,7 +229,7 @@ def track_update(rt: ResourceType, old: JsonObj | None, new: JsonObj, manager: s
     )
     mine = {p for p in mine if p in after or p[-1] == "."} | changed
     current = strip_others(current, ident, {p for p in changed if p[-1] != "."}, after)
-    current = set_entry(current, rt, manager, "Update", subresource, mine)
+    current = set_entry(current, rt, manager, "Update", sub=subresource, paths=mine)
     if current:
         new.setdefault("metadata", {})["managedFields"] = current
     else:

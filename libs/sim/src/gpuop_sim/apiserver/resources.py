@@ -93,6 +93,7 @@ def _rt(
     plural: str,
     kind: str,
     namespaced: bool = True,
+    *,
     short: tuple[str, ...] = (),
     cats: tuple[str, ...] = (),
     subs: tuple[Subresource, ...] = (),

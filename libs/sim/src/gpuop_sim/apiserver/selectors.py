@@ -116,7 +116,8 @@ def parse_label_selector(text: str) -> list[Requirement]:
                         continue
                     if not _is_ident(v) or v is None:
                         raise SelectorError(
-                            f"unable to parse requirement: found '{v or ''}', expected: ',', ')' or identifier"
+                            f"unable to parse requirement: found '{v or ''}', "
+                            "expected: ',', ')' or identifier"
                         )
                     values.append(v)
                     pos += 1

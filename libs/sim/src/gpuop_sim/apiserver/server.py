@@ -170,7 +170,8 @@ class SimApiServer:
                     "kind": "PriorityClass",
                     "metadata": {"name": name},
                     "value": value,
-                    "description": "Used for system critical pods that must not be moved from their current node.",
+                    "description": "Used for system critical pods that must "
+                    "not be moved from their current node.",
                 },
                 opts,
             )

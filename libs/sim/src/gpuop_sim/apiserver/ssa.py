@@ -8,6 +8,7 @@ the applier dropped from its configuration when no other manager owns them.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from gpuop_sim.apiserver import crd, errors, managed
@@ -74,8 +75,8 @@ def apply(
     ns: str,
     name: str,
     body: Any,
-    opts: WriteOptions,
     *,
+    opts: WriteOptions,
     force: bool,
     subresource: str,
 ) -> Result:
@@ -97,7 +98,8 @@ def apply(
             raise ApiError(
                 500,
                 "",
-                f"failed to create typed patch object ({ns + '/' if ns else ''}{name}; {rt.api_version}, Kind={rt.kind}): "
+                "failed to create typed patch object "
+                f"({ns + '/' if ns else ''}{name}; {rt.api_version}, Kind={rt.kind}): "
                 f".{unknown[0]}: field not declared in schema",
             )
     manager = opts.field_manager
@@ -150,7 +152,7 @@ def apply(
     new_entries = managed.strip_others(
         entries, ident, forced, field_set(rt, merged, subresource=subresource) | applied
     )
-    new_entries = managed.set_entry(new_entries, rt, manager, "Apply", subresource, applied)
+    new_entries = managed.set_entry(new_entries, rt, manager, "Apply", sub=subresource, paths=applied)
     merged["metadata"]["managedFields"] = new_entries
     merged["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
     opts.field_manager = ""

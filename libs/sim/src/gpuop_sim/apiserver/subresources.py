@@ -37,7 +37,8 @@ def bind_pod(core: ApiCore, ns: str, name: str, body: Any) -> Result:
         raise ApiError(
             409,
             "Conflict",
-            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{assigned}"',
+            f'Operation cannot be fulfilled on pods/binding "{name}": pod '
+            f'{name} is already assigned to node "{assigned}"',
             {"name": name, "kind": "pods/binding"},
         )
     pod = current.copy()
@@ -76,7 +77,8 @@ def evict_pod(core: ApiCore, ns: str, name: str, body: Any) -> Result:
                 raise _too_many(f"The disruption budget {pdb_name} is still being processed by the server.")
             if int(status.get("disruptionsAllowed", 0)) < 1:
                 raise _too_many(
-                    f"The disruption budget {pdb_name} needs {status.get('desiredHealthy', 0)} healthy pods and has "
+                    f"The disruption budget {pdb_name} needs "
+                    f"{status.get('desiredHealthy', 0)} healthy pods and has "
                     f"{status.get('currentHealthy', 0)} currently"
                 )
     options = ((body or {}).get("deleteOptions") or {}) if isinstance(body, dict) else {}

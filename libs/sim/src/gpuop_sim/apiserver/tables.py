@@ -13,7 +13,8 @@ NAME_COLUMN: JsonObj = {
     "name": "Name",
     "type": "string",
     "format": "name",
-    "description": "Name must be unique within a namespace. Is required when creating resources, although some "
+    "description": "Name must be unique within a namespace. Is "
+    "required when creating resources, although some "
     "resources may allow a client to request the generation of an appropriate name automatically. Name is "
     "primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: "
     "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
@@ -23,7 +24,8 @@ AGE_COLUMN: JsonObj = {
     "name": "Age",
     "type": "date",
     "format": "",
-    "description": "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    "description": "CreationTimestamp is a timestamp representing "
+    "the server time when this object was created.",
     "priority": 0,
 }
 

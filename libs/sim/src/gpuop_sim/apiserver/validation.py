@@ -30,7 +30,8 @@ LABEL_NAME_MSG = (
 QUALIFIED_NAME_MSG = (
     "a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
     "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-    f"validation is '{_QUALIFIED_NAME}') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+    f"validation is '{_QUALIFIED_NAME}') with an optional DNS "
+    "subdomain prefix and '/' (e.g. 'example.com/MyName')"
 )
 LABEL_VALUE_MSG = (
     "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "

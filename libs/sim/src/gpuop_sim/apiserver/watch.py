@@ -113,7 +113,16 @@ class WatchHub:
                 return resp
             if initial:
                 await resp.write(b"".join(initial))
-            await self._pump(resp, rt, ns, queue, predicate, start_rv, timeout, bookmarks)
+            await self._pump(
+                resp,
+                rt,
+                ns,
+                queue,
+                predicate=predicate,
+                start_rv=start_rv,
+                timeout=timeout,
+                bookmarks=bookmarks,
+            )
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -129,6 +138,7 @@ class WatchHub:
         rt: ResourceType,
         ns: str | None,
         queue: asyncio.Queue[Any],
+        *,
         predicate: Predicate,
         start_rv: int,
         timeout: float,
