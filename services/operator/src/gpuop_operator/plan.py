@@ -38,14 +38,17 @@ class PodIndex:
     """Operand pods by (node, service); built once per reconcile from the pod cache."""
 
     ready: frozenset[tuple[str, str]]
-    present: frozenset[tuple[str, str]]
+    present: frozenset[tuple[str, str]]  # pods not (yet) being deleted
 
     @classmethod
     def of(cls, pods: Iterable[PodInfo]) -> PodIndex:
         ready, present = set(), set()
         for pod in pods:
+            if pod.terminating:
+                # Its DaemonSet is already taking it down; teardown of earlier stages may go on.
+                continue
             present.add((pod.node, pod.service))
-            if pod.ready and not pod.terminating:
+            if pod.ready:
                 ready.add((pod.node, pod.service))
         return cls(frozenset(ready), frozenset(present))
 

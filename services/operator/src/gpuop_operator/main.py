@@ -1,0 +1,130 @@
+"""`gpuop-operator`: reconcile DeviceConfigs while holding the leader Lease.
+
+Thin wiring: settings, an API client, the watch caches and reconciler, leader election, probes and
+metrics on port 8080. `--apply-crd` only creates/updates the CRD and exits (the chart's upgrade hook).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+
+from gpuop_common.kube import EventRecorder, make_api_client
+from gpuop_common.leader import LeaderElector, LeaseConfig
+from gpuop_common.settings import AgentSettings
+from gpuop_common.shutdown import ServiceContext, run_service
+from kubernetes import client
+from pydantic import Field
+
+from gpuop_operator.crdapply import apply_crd
+from gpuop_operator.kubeio import KubeJson
+from gpuop_operator.metrics import OperatorMetrics
+from gpuop_operator.reconciler import Reconciler, ReconcilerSettings
+
+log = logging.getLogger(__name__)
+SERVICE = "operator"
+
+
+class OperatorSettings(AgentSettings):
+    probe_port: int = Field(8080, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
+    namespace: str = Field(
+        default_factory=lambda: os.environ.get("POD_NAMESPACE", "gpu-operator"),
+        description="Namespace of the Helm release (operand DaemonSets, pods, ConfigMaps, the Lease).",
+    )
+    release: str = Field("gpuop", description="Helm release name: ConfigMaps are <release>-<service>-config.")
+    watch_namespace: str = Field(
+        "", description="Only reconcile DeviceConfigs in this namespace; empty: all."
+    )
+    leader_elect: bool = Field(True, description="Hold a Lease so that only one replica acts.")
+    lease_name: str = Field("gpuop-operator", description="Name of the leader-election Lease.")
+    identity: str = Field(
+        default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname(),
+        description="This replica's name in the Lease (default: env POD_NAME, else the host name).",
+    )
+    workers: int = Field(8, ge=1, le=64, description="Parallel node writes.")
+    resync_interval: float = Field(300.0, gt=0, description="Seconds between full reconciles with no events.")
+    sync_timeout: float = Field(60.0, gt=0, description="Seconds to wait for the first list of every watch.")
+    apply_crd: bool = Field(False, description="Create or update the DeviceConfig CRD, then exit.")
+
+
+# One registry per process: run_service serves it on the probe port's /metrics.
+metrics_registry = OperatorMetrics()
+
+
+def _api_client(settings: OperatorSettings) -> client.ApiClient:
+    base = make_api_client(settings.kubeconfig)
+    configuration = base.configuration
+    # One connection per node-write worker plus the five watches and the elector.
+    configuration.connection_pool_maxsize = settings.workers + 8
+    return client.ApiClient(configuration)
+
+
+def run(ctx: ServiceContext[OperatorSettings]) -> int:
+    s = ctx.settings
+    api = _api_client(s)
+    kube = KubeJson(api)
+    if s.apply_crd:
+        outcome = apply_crd(kube)
+        log.info("CRD applied", extra={"outcome": outcome})
+        return 0
+    metrics = metrics_registry
+    reconciler = Reconciler(
+        kube,
+        ReconcilerSettings(
+            namespace=s.namespace,
+            release=s.release,
+            watch_namespace=s.watch_namespace or None,
+            workers=s.workers,
+            resync_interval=s.resync_interval,
+        ),
+        metrics=metrics,
+        events=EventRecorder(api, component="gpuop-operator", host=s.identity, dry_run=s.dry_run),
+        dry_run=s.dry_run,
+    )
+    reconciler.start_watches()
+    ctx.probes.add_readiness_check("caches-synced", reconciler.synced)
+    ctx.probes.set_ready(True)
+    try:
+        if s.once:
+            if not all(c.wait_synced(s.sync_timeout) for c in (reconciler.deviceconfigs, reconciler.nodes)):
+                log.error("caches did not sync", extra={"timeout": s.sync_timeout})
+                return 1
+            reconciler.leading.set()
+            return 0 if reconciler.reconcile_once() else 1
+        elector_thread: threading.Thread | None = None
+        if s.leader_elect:
+            elector = LeaderElector(
+                api,
+                LeaseConfig(name=s.lease_name, namespace=s.namespace, identity=s.identity),
+                on_started_leading=lambda: _lead(reconciler, metrics, True),
+                on_stopped_leading=lambda: _lead(reconciler, metrics, False),
+            )
+            elector_thread = elector.start_in_thread(ctx.stopping)
+        else:
+            _lead(reconciler, metrics, True)
+        reconciler.run(ctx.stopping.wait)
+        if elector_thread is not None:
+            elector_thread.join(timeout=5)
+        return 0
+    finally:
+        reconciler.stop()
+
+
+def _lead(reconciler: Reconciler, metrics: OperatorMetrics, leading: bool) -> None:
+    log.info("leadership changed", extra={"leading": leading})
+    metrics.leader.set(1 if leading else 0)
+    if leading:
+        reconciler.leading.set()
+        reconciler.dirty.set()
+    else:
+        reconciler.leading.clear()
+
+
+def main() -> int:
+    return run_service(OperatorSettings, run, service=SERVICE, registry=metrics_registry.registry)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

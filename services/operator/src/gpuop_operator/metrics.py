@@ -1,0 +1,62 @@
+"""The operator's Prometheus metrics, on its own registry (served on the probe port's /metrics)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.reconciles = Counter(
+            "gpuop_operator_reconciles", "Reconcile passes over all DeviceConfigs.", registry=self.registry
+        )
+        self.errors = Counter(
+            "gpuop_operator_reconcile_errors",
+            "API errors during reconciles, by kind of write.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.writes = Counter(
+            "gpuop_operator_api_writes",
+            "Writes sent to the API server, by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "gpuop_operator_reconcile_duration_seconds",
+            "Duration of one reconcile pass.",
+            registry=self.registry,
+        )
+        self.nodes = Gauge(
+            "gpuop_operator_nodes",
+            "Nodes per DeviceConfig and lifecycle stage.",
+            ["deviceconfig", "stage"],
+            registry=self.registry,
+        )
+        self.deviceconfig_ready = Gauge(
+            "gpuop_operator_deviceconfig_ready",
+            "1 when the DeviceConfig's Ready condition is True.",
+            ["deviceconfig"],
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "gpuop_operator_leader", "1 while this replica is the leader.", registry=self.registry
+        )
+        self._seen: set[tuple[str, str]] = set()
+
+    def set_stages(self, owner: str, stages: Mapping[str, int]) -> None:
+        for key in [k for k in self._seen if k[0] == owner and k[1] not in stages]:
+            self.nodes.remove(*key)
+            self._seen.discard(key)
+        for stage, count in stages.items():
+            self.nodes.labels(owner, stage).set(count)
+            self._seen.add((owner, stage))
+
+    def forget(self, owner: str) -> None:
+        self.set_stages(owner, {})
+        with contextlib.suppress(KeyError):
+            self.deviceconfig_ready.remove(owner)

@@ -1,0 +1,349 @@
+"""The DeviceConfig controller: watch caches in, planned writes out, one level-triggered pass at a time.
+
+Each pass recomputes everything from the caches (DeviceConfigs, Nodes, operand Pods and DaemonSets,
+the services' ConfigMaps) with the pure functions in `validation`, `plan`, `status` and
+`projection`, then sends only the writes that change something. Any watch event just marks the
+controller dirty; a failed write is retried by a later pass (with backoff), never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from gpuop_common.config import DeviceConfigSpec, LabelSelector
+from gpuop_common.kube import EventRecorder, ObjectRef
+from kubernetes.client.exceptions import ApiException
+
+from gpuop_operator import views
+from gpuop_operator.cache import WatchCache, object_key
+from gpuop_operator.crd import GROUP, KIND, VERSION
+from gpuop_operator.kubeio import CONFIGMAPS, DAEMONSETS, DEVICECONFIGS, JSON_PATCH, NODES, PODS, KubeJson
+from gpuop_operator.metrics import OperatorMetrics
+from gpuop_operator.model import FINALIZER, SUPPORTED_SERVICES, NodePatch
+from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout
+from gpuop_operator.projection import config_map_name, plan_config_map
+from gpuop_operator.status import build_status, invalid_conditions, rollout_conditions, transitions
+from gpuop_operator.validation import DeviceConfigRef, Validation, selector_of, validate
+
+log = logging.getLogger(__name__)
+
+JsonObj = dict[str, Any]
+_API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+@dataclass(frozen=True)
+class ReconcilerSettings:
+    namespace: str  # where the operand DaemonSets, pods and ConfigMaps live (the Helm release's)
+    release: str  # Helm release name: ConfigMap names and the pods' instance label
+    watch_namespace: str | None = None  # DeviceConfigs of one namespace; None = all
+    workers: int = 8  # parallel node writes
+    resync_interval: float = 300.0
+    max_backoff: float = 10.0
+
+
+def _now() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kube: KubeJson,
+        settings: ReconcilerSettings,
+        *,
+        metrics: OperatorMetrics | None = None,
+        events: EventRecorder | None = None,
+        dry_run: bool = False,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.metrics = metrics or OperatorMetrics()
+        self.events = events
+        self.dry_run = dry_run
+        self.dirty = threading.Event()
+        self.leading = threading.Event()
+        instance = f"{views.INSTANCE_LABEL}={settings.release}"
+        ns = settings.namespace
+        mark = self.dirty.set
+        self.deviceconfigs = WatchCache(kube, DEVICECONFIGS, mark, namespace=settings.watch_namespace)
+        self.nodes = WatchCache(kube, NODES, mark, transform=views.trim_node)
+        self.pods = WatchCache(
+            kube, PODS, mark, namespace=ns, label_selector=instance, transform=views.trim_pod
+        )
+        self.daemonsets = WatchCache(
+            kube, DAEMONSETS, mark, namespace=ns, label_selector=instance, transform=views.trim_named
+        )
+        self.configmaps = WatchCache(
+            kube, CONFIGMAPS, mark, namespace=ns, label_selector=instance, transform=views.trim_config_map
+        )
+        self._caches = (self.deviceconfigs, self.nodes, self.pods, self.daemonsets, self.configmaps)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, settings.workers), thread_name_prefix="node-write")
+        self.passes = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start_watches(self) -> None:
+        for cache in self._caches:
+            cache.start()
+
+    def stop(self) -> None:
+        for cache in self._caches:
+            cache.stop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def synced(self) -> bool:
+        return all(cache.synced for cache in self._caches)
+
+    def run(self, stopping: Callable[[float], bool], *, tick: float = 0.5) -> None:
+        """Reconcile whenever something changed (or every resync_interval) until `stopping(t)` is True.
+
+        `stopping(timeout)` waits up to timeout seconds and returns True once the service stops; the
+        loop wakes every `tick` to notice that even when nothing changes."""
+        backoff = 0.0
+        next_resync = time.monotonic() + self.settings.resync_interval
+        while not stopping(0):
+            if not self.dirty.wait(tick) and time.monotonic() < next_resync:
+                continue
+            if not self.leading.is_set() or not self.synced():
+                # Keep the dirty mark: the pass runs once we lead and the caches are full.
+                if stopping(tick):
+                    return
+                continue
+            self.dirty.clear()
+            next_resync = time.monotonic() + self.settings.resync_interval
+            if self.reconcile_once():
+                backoff = 0.0
+                continue
+            backoff = min(self.settings.max_backoff, max(0.2, backoff * 2))
+            self.dirty.set()  # retry after the backoff even if nothing else changes
+            if stopping(backoff):
+                return
+
+    # -- one pass --------------------------------------------------------------------------------
+    def reconcile_once(self) -> bool:
+        """One pass over every DeviceConfig; True when every write succeeded."""
+        started = time.monotonic()
+        self.passes += 1
+        self.metrics.reconciles.inc()
+        nodes = [views.node_info(obj) for obj in self.nodes.items()]
+        pods = PodIndex.of(p for p in map(views.pod_info, self.pods.items()) if p is not None)
+        installed = {views.service_of(ds) for ds in self.daemonsets.items()}
+        objects = sorted(
+            self.deviceconfigs.items(), key=lambda o: (DeviceConfigRef.of(o).created, object_key(o))
+        )
+        live = [o for o in objects if "deletionTimestamp" not in (o.get("metadata") or {})]
+        selectors: dict[DeviceConfigRef, LabelSelector] = {}
+        for obj in live:
+            selector = selector_of(obj)
+            if selector is not None:
+                selectors[DeviceConfigRef.of(obj)] = selector
+        ok = True
+        valid: dict[str, DeviceConfigSpec] = {}
+        for obj in objects:
+            owner = object_key(obj)
+            try:
+                if "deletionTimestamp" in (obj.get("metadata") or {}):
+                    self._finalize(obj, nodes, pods)
+                    continue
+                result = validate(obj, nodes, selectors)
+                if result.ok and result.spec is not None:
+                    valid[owner] = result.spec
+                ok &= self._reconcile_one(obj, result, nodes, pods, installed)
+            except _API_ERRORS as exc:
+                ok = False
+                self.metrics.errors.labels("deviceconfig").inc()
+                log.warning("reconcile failed", extra={"deviceconfig": owner, "error": _describe(exc)})
+        ok &= self._project(valid, [object_key(o) for o in live])
+        self.metrics.duration.observe(time.monotonic() - started)
+        return ok
+
+    def _reconcile_one(
+        self, obj: JsonObj, result: Validation, nodes: Sequence[Any], pods: PodIndex, installed: set[str]
+    ) -> bool:
+        owner = object_key(obj)
+        self._ensure_finalizer(obj)
+        generation = int((obj.get("metadata") or {}).get("generation") or 0)
+        previous = obj.get("status") or {}
+        if not result.ok or result.spec is None:
+            status = build_status(generation, invalid_conditions(result), None, previous, _now())
+            self._write_status(obj, status, warning=True)
+            self.metrics.deviceconfig_ready.labels(owner).set(0)
+            return True
+        plan = plan_rollout(owner, result.spec, nodes, pods, installed=installed)
+        ok = self._apply(plan)
+        enabled = {service for stage in enabled_stages(result.spec) for service in stage}
+        missing = (enabled & SUPPORTED_SERVICES) - installed
+        conditions = rollout_conditions(plan, missing)
+        status = build_status(generation, conditions, plan, previous, _now())
+        self._write_status(obj, status, warning=bool(missing))
+        self.metrics.set_stages(owner, status.get("stages") or {})
+        self.metrics.deviceconfig_ready.labels(owner).set(1 if conditions[0].status else 0)
+        return ok
+
+    def _finalize(self, obj: JsonObj, nodes: Sequence[Any], pods: PodIndex) -> None:
+        owner = object_key(obj)
+        finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
+        if FINALIZER not in finalizers:
+            return
+        plan = plan_rollout(owner, None, nodes, pods)
+        if not self._apply(plan):
+            return
+        if plan.stages:
+            status = build_status(
+                int(obj["metadata"].get("generation") or 0),
+                rollout_conditions(plan, [], deleting=True),
+                plan,
+                obj.get("status"),
+                _now(),
+            )
+            self._write_status(obj, status, warning=False)
+            return
+        remaining = [f for f in finalizers if f != FINALIZER]
+        body = {
+            "metadata": {"finalizers": remaining, "resourceVersion": obj["metadata"].get("resourceVersion")}
+        }
+        self._write_dc(obj, body, kind="finalizer")
+        self.metrics.forget(owner)
+        self._event(obj, "Cleaned", "removed gpuop labels from every node; finalizer released", "Normal")
+
+    # -- writes ----------------------------------------------------------------------------------
+    def _apply(self, plan: RolloutPlan) -> bool:
+        steps = plan.steps
+        if not steps:
+            return True
+        results = list(self._pool.map(self._patch_node, steps))
+        return all(results)
+
+    def _patch_node(self, patch: NodePatch) -> bool:
+        if self.dry_run:
+            log.info("dry run: would patch node", extra={"node": patch.node, "patch": patch.body()})
+            return True
+        try:
+            self.metrics.writes.labels("node").inc()
+            updated = self.kube.patch(NODES, patch.node, patch.body())
+        except _API_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return True  # the node is gone; its deletion event updates the cache
+            self.metrics.errors.labels("node").inc()
+            log.warning("node patch failed", extra={"node": patch.node, "error": _describe(exc)})
+            return False
+        self.nodes.update(updated)
+        return True
+
+    def _write_dc(
+        self, obj: JsonObj, body: Any, *, kind: str, sub: str | None = None, content_type: str = ""
+    ) -> None:
+        if self.dry_run:
+            log.info(
+                "dry run: would update DeviceConfig", extra={"deviceconfig": object_key(obj), "kind": kind}
+            )
+            return
+        meta = obj.get("metadata") or {}
+        self.metrics.writes.labels(kind).inc()
+        try:
+            updated = self.kube.patch(
+                DEVICECONFIGS,
+                str(meta.get("name")),
+                body,
+                str(meta.get("namespace")),
+                sub=sub,
+                **({"content_type": content_type} if content_type else {}),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            self.metrics.errors.labels(kind).inc()
+            raise
+        self.deviceconfigs.update(updated)
+
+    def _ensure_finalizer(self, obj: JsonObj) -> None:
+        meta = obj.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER in finalizers:
+            return
+        body = {
+            "metadata": {
+                "finalizers": [*finalizers, FINALIZER],
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+        }
+        self._write_dc(obj, body, kind="finalizer")
+        refreshed = self.deviceconfigs.get(object_key(obj))
+        if refreshed is not None:
+            obj["metadata"] = refreshed.get("metadata", meta)
+
+    def _write_status(self, obj: JsonObj, status: JsonObj, *, warning: bool) -> None:
+        previous = obj.get("status") or {}
+        if previous == status:
+            return
+        # Replace the whole status: a merge patch could not drop nodes that left the map.
+        self._write_dc(
+            obj,
+            [{"op": "add", "path": "/status", "value": status}],
+            kind="status",
+            sub="status",
+            content_type=JSON_PATCH,
+        )
+        for condition in transitions(previous, status):
+            if condition["type"] != "Ready":
+                continue
+            kind = (
+                "Warning"
+                if warning or (condition["status"] != "True" and condition["reason"] != "RolloutInProgress")
+                else "Normal"
+            )
+            self._event(obj, str(condition["reason"]), str(condition["message"]), kind)
+
+    def _event(self, obj: JsonObj, reason: str, message: str, kind: str) -> None:
+        if self.events is None or self.dry_run:
+            return
+        meta = obj.get("metadata") or {}
+        ref = ObjectRef(
+            kind=KIND,
+            name=str(meta.get("name")),
+            namespace=str(meta.get("namespace")),
+            uid=str(meta.get("uid", "")),
+            api_version=f"{GROUP}/{VERSION}",
+        )
+        self.events.record(
+            ref, reason or "Unknown", message or reason, "Warning" if kind == "Warning" else "Normal"
+        )
+
+    def _project(self, valid: dict[str, DeviceConfigSpec], existing: list[str]) -> bool:
+        ok = True
+        for service in sorted(SUPPORTED_SERVICES):
+            name = config_map_name(self.settings.release, service)
+            current = self.configmaps.get(f"{self.settings.namespace}/{name}")
+            if current is None:
+                continue  # the service's chart is not installed: nothing to project into
+            changes = plan_config_map(service, current.get("data") or {}, valid, existing)
+            if not changes:
+                continue
+            if self.dry_run:
+                log.info(
+                    "dry run: would update ConfigMap", extra={"configmap": name, "keys": sorted(changes)}
+                )
+                continue
+            try:
+                self.metrics.writes.labels("configmap").inc()
+                updated = self.kube.patch(CONFIGMAPS, name, {"data": changes}, self.settings.namespace)
+            except _API_ERRORS as exc:
+                ok = False
+                self.metrics.errors.labels("configmap").inc()
+                log.warning("ConfigMap update failed", extra={"configmap": name, "error": _describe(exc)})
+                continue
+            self.configmaps.update(updated)
+        return ok

@@ -1,0 +1,161 @@
+"""The reconciler against the simulated cluster: rollout to Ready, projection, events, cleanup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from gpuop_sim.cluster import SimCluster
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, EVENTS, NODES, Resource
+
+NAMESPACE = "gpu-operator"
+DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
+
+DEPLOY = (
+    "gpuop.dev/deploy.device-plugin",
+    "gpuop.dev/deploy.node-labeller",
+    "gpuop.dev/deploy.metrics-exporter",
+)
+
+
+def gpuop_labels(cluster: SimCluster) -> dict[str, dict[str, str]]:
+    nodes, _ = cluster.api().list(NODES)
+    return {
+        n["metadata"]["name"]: {
+            k: v for k, v in n["metadata"]["labels"].items() if k.startswith("gpuop.dev/deploy.")
+        }
+        for n in nodes
+    }
+
+
+def condition(dc: dict[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (dc.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def wait_ready(cluster: SimCluster, name: str = "gpus", timeout: float = 60) -> dict[str, Any]:
+    return cluster.wait_for_object(
+        DEVICECONFIGS,
+        name,
+        NAMESPACE,
+        lambda dc: (
+            condition(dc, "Ready").get("status") == "True"
+            and dc["status"].get("observedGeneration") == dc["metadata"]["generation"]
+        ),
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_rollout_reaches_ready_with_labels_configmaps_status_and_events(
+    stub_cluster: SimCluster, kit: Any
+) -> None:
+    api = stub_cluster.api()
+    with kit.operator_running(stub_cluster):
+        api.create(DEVICECONFIGS, kit.device_config(spec={"metricsExporter": {"port": 5001}}), NAMESPACE)
+        dc = wait_ready(stub_cluster)
+    assert all(labels == dict.fromkeys(DEPLOY, "true") for labels in gpuop_labels(stub_cluster).values())
+    status = dc["status"]
+    assert status["selectedNodes"] == status["readyNodes"] == 5
+    assert status["operands"]["metricsExporter"] == {"desired": 5, "ready": 5}
+    assert set(status["nodes"].values()) == {"ready"}
+    assert condition(dc, "Progressing")["status"] == "False"
+    assert condition(dc, "Degraded")["status"] == "False"
+    assert "gpuop.dev/node-cleanup" in dc["metadata"]["finalizers"]
+    node = api.get(NODES, "amd-0")
+    assert node["metadata"]["annotations"]["gpuop.dev/deviceconfig"] == f"{NAMESPACE}/gpus"
+    assert node["metadata"]["annotations"]["gpuop.dev/stage"] == "ready"
+    cm = api.get(CONFIGMAPS, "gpuop-metrics-exporter-config", NAMESPACE)
+    assert yaml.safe_load(cm["data"]["config.yaml"])["port"] == 5001
+    assert yaml.safe_load(cm["data"][f"{NAMESPACE}.gpus.yaml"])["port"] == 5001
+    events, _ = api.list(EVENTS, NAMESPACE)
+    reasons = {e["reason"] for e in events if e["involvedObject"]["kind"] == "DeviceConfig"}
+    assert "RolloutComplete" in reasons
+
+
+@pytest.mark.slow
+def test_invalid_spec_sets_a_condition_and_changes_nothing_on_nodes(
+    stub_cluster: SimCluster, kit: Any
+) -> None:
+    api = stub_cluster.api()
+    with kit.operator_running(stub_cluster):
+        api.create(DEVICECONFIGS, kit.device_config(spec={"driver": {"enable": True}}), NAMESPACE)
+        dc = stub_cluster.wait_for_object(
+            DEVICECONFIGS, "gpus", NAMESPACE, lambda d: condition(d, "Ready").get("reason") == "Unsupported"
+        )
+        assert condition(dc, "Ready")["status"] == "False"
+        assert "spec.driver.enable" in condition(dc, "Ready")["message"]
+        assert all(not labels for labels in gpuop_labels(stub_cluster).values())
+        events, _ = api.list(EVENTS, NAMESPACE)
+        warnings = [e for e in events if e["reason"] == "Unsupported"]
+        assert warnings and warnings[0]["type"] == "Warning"
+        # Fixing the spec rolls out.
+        api.patch(DEVICECONFIGS, "gpus", {"spec": {"driver": {"enable": False}}}, NAMESPACE)
+        wait_ready(stub_cluster)
+
+
+@pytest.mark.slow
+def test_second_deviceconfig_over_the_same_nodes_is_in_conflict(stub_cluster: SimCluster, kit: Any) -> None:
+    api = stub_cluster.api()
+    with kit.operator_running(stub_cluster):
+        api.create(DEVICECONFIGS, kit.device_config("first"), NAMESPACE)
+        wait_ready(stub_cluster, "first")
+        amd_only = {"selector": {"matchLabels": {"feature.node.kubernetes.io/pci-1002.present": "true"}}}
+        api.create(DEVICECONFIGS, kit.device_config("second", amd_only), NAMESPACE)
+        dc = stub_cluster.wait_for_object(
+            DEVICECONFIGS, "second", NAMESPACE, lambda d: condition(d, "Ready").get("reason") == "Conflict"
+        )
+        assert "spec.selector" in condition(dc, "Ready")["message"]
+        assert f"{NAMESPACE}/first" in condition(dc, "Ready")["message"]
+        node = api.get(NODES, "amd-0")
+        assert node["metadata"]["annotations"]["gpuop.dev/deviceconfig"] == f"{NAMESPACE}/first"
+
+
+@pytest.mark.slow
+def test_disable_then_delete_removes_labels_keys_and_the_finalizer(
+    stub_cluster: SimCluster, kit: Any
+) -> None:
+    api = stub_cluster.api()
+    with kit.operator_running(stub_cluster):
+        api.create(DEVICECONFIGS, kit.device_config(), NAMESPACE)
+        wait_ready(stub_cluster)
+        api.patch(DEVICECONFIGS, "gpus", {"spec": {"metricsExporter": {"enable": False}}}, NAMESPACE)
+        stub_cluster.wait_for(
+            lambda: all(DEPLOY[2] not in labels for labels in gpuop_labels(stub_cluster).values()),
+            what="exporter labels gone",
+        )
+        wait_ready(stub_cluster)
+        api.delete(DEVICECONFIGS, "gpus", NAMESPACE)
+        stub_cluster.wait_for(
+            lambda: not api.list(DEVICECONFIGS, NAMESPACE)[0], timeout=60, what="DeviceConfig deleted"
+        )
+    assert all(not labels for labels in gpuop_labels(stub_cluster).values())
+    nodes, _ = api.list(NODES)
+    assert all("gpuop.dev/deviceconfig" not in (n["metadata"].get("annotations") or {}) for n in nodes)
+    cm = api.get(CONFIGMAPS, "gpuop-device-plugin-config", NAMESPACE)
+    assert f"{NAMESPACE}.gpus.yaml" not in cm["data"]
+
+
+@pytest.mark.slow
+def test_nodes_leaving_the_selector_are_cleaned_up(stub_cluster: SimCluster, kit: Any) -> None:
+    api = stub_cluster.api()
+    with kit.operator_running(stub_cluster):
+        api.create(
+            DEVICECONFIGS, kit.device_config(spec={"selector": {"matchLabels": {"pool": "gpu"}}}), NAMESPACE
+        )
+        for name in ("amd-0", "amd-1"):
+            api.patch(NODES, name, {"metadata": {"labels": {"pool": "gpu"}}})
+        stub_cluster.wait_for(
+            lambda: gpuop_labels(stub_cluster)["amd-1"] == dict.fromkeys(DEPLOY, "true"),
+            what="amd-1 rolled out",
+        )
+        wait_ready(stub_cluster)
+        api.patch(NODES, "amd-1", {"metadata": {"labels": {"pool": None}}})
+        stub_cluster.wait_for(lambda: not gpuop_labels(stub_cluster)["amd-1"], what="amd-1 cleaned up")
+        dc = wait_ready(stub_cluster)
+    assert gpuop_labels(stub_cluster)["amd-0"] == dict.fromkeys(DEPLOY, "true")
+    assert dc["status"]["selectedNodes"] == 1
+    assert "amd-1" not in dc["status"]["nodes"]
