@@ -15,7 +15,7 @@ DEFAULT_CONFIG_FILE = Path("/etc/gpuop/config.yaml")
 
 class ExporterSettings(AgentSettings):
     port: int = Field(
-        DEFAULT_PORT, ge=1, le=65535, description="Port of /metrics, /healthz, /readyz and /health."
+        DEFAULT_PORT, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz and /health (0 = any)."
     )
     pod_resources_socket: Path = Field(
         Path(pr.POD_RESOURCES_SOCKET), description="Kubelet pod-resources socket, for pod labels."
@@ -32,6 +32,6 @@ class ExporterSettings(AgentSettings):
 
     @model_validator(mode="after")
     def _ports_differ(self) -> ExporterSettings:
-        if self.probe_port == self.port:
+        if self.probe_port == self.port != 0:
             raise ValueError(f"--probe-port must differ from --port ({self.port}); 0 picks a free port")
         return self
