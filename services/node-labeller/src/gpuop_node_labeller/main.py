@@ -39,6 +39,12 @@ class ConfigState:
                 default=NodeLabellerConfig(),
             )
 
+    def load_initial(self) -> None:
+        """Read the file once before the first pass; that first read is not a change to react to."""
+        if self.watcher is not None:
+            self.watcher.poll()
+            self.trigger.wait(0)
+
     @property
     def config(self) -> NodeLabellerConfig:
         current = self.watcher.current if self.watcher is not None else None
@@ -78,10 +84,9 @@ def serve(ctx: ServiceContext[LabellerSettings], events: EventSource | None = No
         return 1
     trigger = Trigger(ctx.stopping)
     state = ConfigState(s, trigger)
-    if state.watcher is not None:
-        state.watcher.poll()
-        if not s.once:
-            state.watcher.start_in_thread(ctx.stopping)
+    state.load_initial()
+    if state.watcher is not None and not s.once:
+        state.watcher.start_in_thread(ctx.stopping)
     source = events if events is not None else UdevEvents()
     watching = bool(s.udev and not s.once and source.start(trigger.fire))
     labeller = NodeLabeller(
