@@ -269,3 +269,16 @@ def test_nodes_are_ready_without_the_not_ready_taint(cluster: SimCluster, api: K
     assert vendors["amd-0"][AMD] == "true"
     assert vendors["nvidia-0"]["feature.node.kubernetes.io/pci-10de.present"] == "true"
     assert AMD not in vendors["cpu-0"]
+
+
+def test_controllers_recover_from_failed_writes_dropped_watches_and_compaction(
+    cluster: SimCluster, api: KubeRest
+) -> None:
+    server = cluster.server
+    assert server is not None
+    server.faults.fail_next("create", "pods", 500, count=2)
+    server.compact()
+    server.faults.drop_watches()  # informers resume from a compacted revision: 410, then relist
+    api.create(DAEMONSETS, daemonset("resilient"), NS)
+    wait_pods_on(cluster, "resilient", {n.name for n in cluster.nodes})
+    cluster.wait_for_daemonset_ready("resilient", NS)
