@@ -62,7 +62,7 @@ if __name__ == "__main__":
 
 # ---------------------------------------------------------------------------------------------------
 from gpuop_sim.cluster import SimCluster  # noqa: E402
-from gpuop_sim.workloads.kubeapi import CONFIGMAPS, PODS, SECRETS, KubeRest  # noqa: E402
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, JOBS, PODS, SECRETS, KubeRest  # noqa: E402
 
 IMAGE = "test/echo-server:1"
 
@@ -253,3 +253,23 @@ def test_exec_readiness_probe_runs_locally_with_container_paths_rewritten(cluste
     api.create(PODS, spec, NS)
     ready = cluster.wait_for_object(PODS, "exec-probe", NS, is_ready, timeout=30)
     assert ready["status"]["containerStatuses"][0]["ready"] is True
+
+
+def test_job_pods_run_as_processes_until_the_job_completes(cluster: SimCluster) -> None:
+    container = {"name": "main", "image": IMAGE, "args": ["--exit=0"]}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "batch", "namespace": NS},
+        "spec": {
+            "completions": 2,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
+    cluster.api().create(JOBS, job, NS)
+
+    def complete(obj: dict[str, Any]) -> bool:
+        return any(c["type"] == "Complete" for c in (obj.get("status") or {}).get("conditions") or [])
+
+    done = cluster.wait_for_object(JOBS, "batch", NS, complete, timeout=60)
+    assert done["status"]["succeeded"] == 2
