@@ -49,6 +49,11 @@ def parse(body: bytes) -> Scrape:
     return Scrape(samples, types)
 
 
+@pytest.fixture
+def parse_exposition() -> Callable[[bytes], Scrape]:
+    return parse
+
+
 @dataclass
 class Exporter:
     info: NodeRootInfo
