@@ -139,7 +139,7 @@ def test_config_change_reaches_the_next_pass(
     config.write_text("labelSets: [amd, neutral]\n")
     stopping = Stopping()
     trigger = Trigger(stopping)
-    state = ConfigState(LabellerSettings(config_map_file=config), trigger)
+    state = ConfigState(LabellerSettings(config_file=config), trigger)
     assert state.watcher is not None
     state.load_initial()
     labeller = NodeLabeller(

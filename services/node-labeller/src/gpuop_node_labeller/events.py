@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from gpuop_common.shutdown import Stopping
@@ -19,6 +20,7 @@ log = logging.getLogger(__name__)
 GPU_PCI_VENDORS = ("1002", "10DE")
 GPU_MODULES = frozenset({"amdgpu", "nvidia"})
 SUBSYSTEMS = ("drm", "pci", "module")
+UDEV_CONTROL = Path("/run/udev/control")
 
 
 def relevant(action: str | None, subsystem: str | None, name: str, properties: Mapping[str, str]) -> bool:
@@ -84,7 +86,9 @@ class UdevEvents:
         try:
             import pyudev
 
-            monitor = pyudev.Monitor.from_netlink(pyudev.Context())
+            # Without the host's udevd in reach (a pod without /run/udev), listen to raw kernel uevents.
+            source = "udev" if UDEV_CONTROL.exists() else "kernel"
+            monitor = pyudev.Monitor.from_netlink(pyudev.Context(), source=source)
             for subsystem in SUBSYSTEMS:
                 monitor.filter_by(subsystem)
 
@@ -103,7 +107,7 @@ class UdevEvents:
             )
             return False
         self._observer = observer
-        log.info("watching udev events", extra={"subsystems": list(SUBSYSTEMS)})
+        log.info("watching udev events", extra={"subsystems": list(SUBSYSTEMS), "source": source})
         return True
 
     def stop(self) -> None:

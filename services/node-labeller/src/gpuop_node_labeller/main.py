@@ -30,9 +30,9 @@ class ConfigState:
         self.settings = settings
         self.trigger = trigger
         self.watcher: ConfigFileWatcher[NodeLabellerConfig] | None = None
-        if settings.config_map_file is not None:
+        if settings.config_file is not None:
             self.watcher = ConfigFileWatcher(
-                settings.config_map_file,
+                settings.config_file,
                 NodeLabellerConfig,
                 lambda _config: trigger.fire("config changed"),
                 interval=CONFIG_POLL_SECONDS,

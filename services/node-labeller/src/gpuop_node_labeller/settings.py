@@ -24,7 +24,7 @@ class LabellerSettings(AgentSettings):
         le=86400,
         description="Seconds between periodic resyncs; when not given, intervalSeconds of the config file.",
     )
-    config_map_file: Path | None = Field(
+    config_file: Path | None = Field(
         None,
         description="The mounted ConfigMap file (nodeLabeller section, camelCase YAML), reloaded on change.",
     )
