@@ -24,6 +24,7 @@ class Scrape:
 
     samples: list[Sample]
     types: dict[str, str]
+    by_family: dict[str, list[Sample]]
 
     def named(self, name: str) -> list[Sample]:
         return [s for s in self.samples if s.name == name]
@@ -43,10 +44,13 @@ class Scrape:
 def parse(body: bytes) -> Scrape:
     samples: list[Sample] = []
     types: dict[str, str] = {}
+    by_family: dict[str, list[Sample]] = {}
     for family in text_string_to_metric_families(body.decode("utf-8")):
+        assert family.name not in types, f"family {family.name} appears twice"
         types[family.name] = family.type
+        by_family[family.name] = list(family.samples)
         samples.extend(family.samples)
-    return Scrape(samples, types)
+    return Scrape(samples, types, by_family)
 
 
 @pytest.fixture

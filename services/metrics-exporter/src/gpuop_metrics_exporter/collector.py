@@ -10,7 +10,7 @@ import gzip
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpuop_common.config import MetricsExporterConfig
@@ -19,7 +19,13 @@ from gpuop_common.gpu import FieldErrorKind, GpuBackend
 from prometheus_client.metrics_core import Metric
 
 from gpuop_metrics_exporter.attribution import PodResourcesStatus, PodResourcesWatcher
-from gpuop_metrics_exporter.exposition import BackendReading, FamilySet, build_families, render
+from gpuop_metrics_exporter.exposition import (
+    BackendReading,
+    FamilySet,
+    build_families,
+    render,
+    usable_extra_labels,
+)
 from gpuop_metrics_exporter.naming import Family, NamingTable, tables
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,7 @@ class Snapshot:
     body_gzip: bytes
     taken_monotonic: float
     duration_s: float
+    extra_labels: dict[str, str]  # the config's usable extra labels, for the per-scrape series
 
 
 @dataclass
@@ -51,7 +58,7 @@ def exporter_families(
     stats: CollectorStats,
     pods: PodResourcesStatus | None,
     config_error: str | None,
-    extra: dict[str, str],
+    extra: Mapping[str, str],
 ) -> FamilySet:
     """The exporter's own series (they change once per collection, so they are cached too)."""
     out = FamilySet()
@@ -206,11 +213,11 @@ class MetricsCollector:
             self.stats.collections_total += 1
             self.stats.gpus = sum(len(r.devices) for r in readings)
             self.stats.last_duration_s = self._clock() - started
-            extra = {k: v for k, v in config.extra_labels.items() if k not in result.label_conflicts}
+            extra, _ = usable_extra_labels(config)
             own = exporter_families(self.stats, pods, self.config_error(), extra)
             body = render(result.families.metrics() + own.metrics())
             snapshot = Snapshot(
-                body, gzip.compress(body, GZIP_LEVEL), self._clock(), self.stats.last_duration_s
+                body, gzip.compress(body, GZIP_LEVEL), self._clock(), self.stats.last_duration_s, extra
             )
             self._snapshot = snapshot
             return snapshot
@@ -251,8 +258,11 @@ class MetricsCollector:
             "gpuop_exporter_snapshot_age_seconds", "Seconds since the served snapshot was taken.", "gauge"
         )
         if snapshot is not None:
-            extra = dict(self._config.extra_labels)
-            metric.add_sample(metric.name, extra, max(0.0, self._clock() - snapshot.taken_monotonic))
+            metric.add_sample(
+                metric.name,
+                snapshot.extra_labels,
+                max(0.0, self._clock() - snapshot.taken_monotonic),
+            )
         return metric
 
     def exposition(self, gzip_ok: bool) -> bytes:

@@ -17,6 +17,17 @@ POD_LABELS = ("pod", "namespace", "container")
 # Always present in the AMD exporter's output; gpuop has no Slurm integration, so they stay empty.
 AMD_JOB_LABELS = ("job_id", "job_user", "job_partition")
 AMD_DEPLOYMENT_MODE = "baremetal"
+# Every label name the exporter sets itself; a configured extra label may not take any of them.
+RESERVED_LABELS = frozenset(
+    {
+        *POD_LABELS, *AMD_JOB_LABELS, "gpu_id", "gpu_partition_id", "gpu_compute_partition_type",
+        "gpu_memory_partition_type", "serial_number", "card_model", "gpu_uuid", "pci_bus_id", "hostname",
+        "deployment_mode", "gpu", "UUID", "device", "modelName", "DCGM_FI_DRIVER_VERSION",
+        "GPU_I_PROFILE", "GPU_I_ID", "uuid", "serial", "model", "vendor", "partition", "partition_id",
+        "sensor", "clock", "clock_type", "clock_index", "block", "severity", "link_type", "reason",
+        "field", "kind",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import Metric
 from gpuop_metrics_exporter.attribution import Assignments, PodRef, holders_of
 from gpuop_metrics_exporter.entities import (
     POD_LABELS,
+    RESERVED_LABELS,
     Entity,
     applies,
     entities_for,
@@ -90,6 +91,12 @@ def pod_label_sets(holders: tuple[PodRef, ...]) -> list[LabelDict]:
     return [{"pod": h.pod, "namespace": h.namespace, "container": h.container} for h in holders]
 
 
+def usable_extra_labels(config: MetricsExporterConfig) -> tuple[LabelDict, list[str]]:
+    """(extra labels to add, names dropped because the exporter sets that label itself)."""
+    dropped = sorted(name for name in config.extra_labels if name in RESERVED_LABELS)
+    return {k: v for k, v in config.extra_labels.items() if k not in RESERVED_LABELS}, dropped
+
+
 def allowed(name: str, config: MetricsExporterConfig) -> bool:
     return (not config.fields_allow or name in config.fields_allow) and name not in config.fields_deny
 
@@ -143,7 +150,7 @@ def build_families(
 ) -> BuildResult:
     out = FamilySet()
     unhealthy: dict[str, list[str]] = {}
-    conflicts: set[str] = set()
+    extra, dropped = usable_extra_labels(config)
     amd_count = 0
     for reading in readings:
         index = _telemetry_index(reading)
@@ -159,12 +166,7 @@ def build_families(
             for table in sets:
                 identity = entity_labels(entity, table.name, hostname)
                 for pods in pod_label_sets(holders):
-                    labels = {**identity, **pods}
-                    for name, text in config.extra_labels.items():
-                        if name in labels:
-                            conflicts.add(name)
-                        else:
-                            labels[name] = text
+                    labels = {**identity, **pods, **extra}
                     pending.append((entity, table, labels))
                     for key, value in values.items():
                         for spec in table.resolve(key):
@@ -187,9 +189,9 @@ def build_families(
                 if allowed(spec.name, config):
                     out.add(table.families[spec.name], labels, 1.0 if healthy else 0.0)
     if amd_count and "amd" in config.naming_sets and allowed(AMD_NODE_FAMILY.name, config):
-        node_labels = {"hostname": hostname, **config.extra_labels}
+        node_labels = {"hostname": hostname, **extra}
         out.add(AMD_NODE_FAMILY, node_labels, float(amd_count))
-    return BuildResult(out, unhealthy, sorted(conflicts))
+    return BuildResult(out, unhealthy, dropped)
 
 
 class StaticCollector:
