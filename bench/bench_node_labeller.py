@@ -42,7 +42,7 @@ def _steady_state(root: Path, tmp: Path) -> tuple[int, int, float]:
     with SimApiServer() as server:
         kubeconfig = server.write_kubeconfig(tmp / "kubeconfig")
         configuration = client.Configuration()
-        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
         with client.ApiClient(configuration) as api:
             client.CoreV1Api(api).create_node(client.V1Node(metadata=client.V1ObjectMeta(name="bench-node")))
             labeller = NodeLabeller(host_root=root, node_name="bench-node", api=api, options=LabelOptions)
