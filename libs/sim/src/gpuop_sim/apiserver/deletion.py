@@ -40,7 +40,7 @@ class DeletionMixin(ListingMixin):
         if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
             raise errors.precondition_uid_conflict(rt, name, pre["uid"], old["metadata"]["uid"])
         if "deletionTimestamp" in old["metadata"]:
-            return Result(200, current.raw)
+            return self._delete_again(rt, current, options.get("gracePeriodSeconds"), dry_run)
         obj = current.copy()
         meta = obj["metadata"]
         finalizers = list(meta.get("finalizers") or [])
@@ -70,6 +70,25 @@ class DeletionMixin(ListingMixin):
         if finalizers:
             return self._mark_deleting(rt, current, obj, finalizers, grace=0, dry_run=dry_run)
         return self._remove(rt, current, obj, dry_run, status_body=True)
+
+    def _delete_again(self, rt: ResourceType, current: Stored, grace: Any, dry_run: bool) -> Result:
+        """A repeated DELETE changes nothing, except that a shorter grace period shortens a Pod's
+        (grace 0 is how the kubelet confirms a pod is gone)."""
+        meta = current.obj["metadata"]
+        is_pod = rt.kind == "Pod" and rt.group == ""
+        if not is_pod or grace is None or int(grace) >= int(meta.get("deletionGracePeriodSeconds") or 0):
+            return Result(200, current.raw)
+        obj = current.copy()
+        obj["metadata"]["deletionGracePeriodSeconds"] = int(grace)
+        obj["metadata"]["deletionTimestamp"] = now_rfc3339()
+        if int(grace) == 0 and not obj["metadata"].get("finalizers"):
+            return self._remove(rt, current, obj, dry_run, status_body=False)
+        if dry_run:
+            return Result(200, obj)
+        obj["metadata"]["resourceVersion"] = str(self.store.next_rv())
+        stored = self.store.put(rt.key, obj, created=False)
+        self._notify(rt, "update", current.obj, stored.obj)
+        return Result(200, stored.raw)
 
     def _mark_deleting(
         self,
