@@ -24,16 +24,15 @@ from gpuop_metrics_exporter.settings import ExporterSettings
 log = logging.getLogger(__name__)
 
 SERVICE = "metrics-exporter"
-CONFIG_POLL_S = 5.0
 
 
 def initial_config(settings: ExporterSettings) -> MetricsExporterConfig:
     """The ConfigMap file's config, or the defaults when it is absent or invalid (logged)."""
-    if not settings.config_map_file.exists():
-        log.info("no config file; using defaults", extra={"path": str(settings.config_map_file)})
+    if not settings.config_file.exists():
+        log.info("no config file; using defaults", extra={"path": str(settings.config_file)})
         return MetricsExporterConfig()
     try:
-        return load_config(settings.config_map_file, MetricsExporterConfig)
+        return load_config(settings.config_file, MetricsExporterConfig)
     except ConfigFileError as exc:
         log.error("config file rejected, using defaults", extra={"error": str(exc)})
         return MetricsExporterConfig()
@@ -60,12 +59,12 @@ def serve(ctx: ServiceContext[ExporterSettings]) -> int:
         collector.stop()
         return 0
     watcher: ConfigFileWatcher[MetricsExporterConfig] | None = None
-    if settings.config_map_file.exists():
+    if settings.config_file.exists():
         watcher = ConfigFileWatcher(
-            settings.config_map_file,
+            settings.config_file,
             MetricsExporterConfig,
             collector.set_config,
-            interval=CONFIG_POLL_S,
+            interval=settings.config_poll_interval,
             default=collector.config,
         )
         collector.config_error = lambda: watcher.error if watcher else None

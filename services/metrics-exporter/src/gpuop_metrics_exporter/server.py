@@ -2,7 +2,8 @@
 
 It is the common ProbeServer (same /healthz and /readyz semantics, same lifecycle) with `/metrics`
 served from pre-rendered bytes instead of rendering a registry per scrape: rendering 1,000+ series
-costs tens of milliseconds, copying them costs microseconds. `/health` is dcgm-exporter's path.
+costs tens of milliseconds, copying them costs microseconds. `/health` is dcgm-exporter's path. The
+body is the classic text format 0.0.4, what both vendor exporters serve and every Prometheus reads.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 from gpuop_common.probes import ProbeServer
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class ExporterServer(ProbeServer):
     async def _serve_metrics(self, request: web.Request) -> web.Response:
         gzip_ok = wants_gzip(request.headers.get("Accept-Encoding", ""))
         body = self._exposition(gzip_ok)
-        headers = {"Content-Type": CONTENT_TYPE_LATEST}
+        headers = {"Content-Type": CONTENT_TYPE_PLAIN_0_0_4}
         if gzip_ok:
             headers["Content-Encoding"] = "gzip"
         return web.Response(body=body, headers=headers)

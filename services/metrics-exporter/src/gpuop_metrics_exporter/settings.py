@@ -20,10 +20,11 @@ class ExporterSettings(AgentSettings):
     pod_resources_socket: Path = Field(
         Path(pr.POD_RESOURCES_SOCKET), description="Kubelet pod-resources socket, for pod labels."
     )
-    config_map_file: Path = Field(
+    config_file: Path = Field(
         DEFAULT_CONFIG_FILE,
-        description="Mounted ConfigMap file (metricsExporter section); hot-reloaded when it changes.",
+        description="The metricsExporter ConfigMap file (MetricsExporterConfig), hot-reloaded.",
     )
+    config_poll_interval: float = Field(5.0, gt=0, description="Seconds between checks of --config-file.")
     vendor: Literal["auto", "amd", "nvidia"] = Field(
         "auto", description="GPU vendor to read; auto opens every vendor found under --host-root."
     )
