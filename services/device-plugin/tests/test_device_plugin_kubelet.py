@@ -320,3 +320,19 @@ def test_resource_filter_and_hot_reload(
     )
     kubelet_emulator.wait_for(lambda: not plugin_socket(kubelet_emulator, "amd.com_gpu").exists(), timeout=10)
     assert set(handle.service.servers) == {"amd.com/cpx_nps4"}
+
+
+def test_partition_mode_change_is_picked_up_by_the_periodic_rescan(
+    gpu_node_root: MakeRoot, run_plugin: StartPlugin, kubelet_emulator: KubeletEmulator
+) -> None:
+    info = gpu_node_root("amd-mi300x-cpx")
+    config = DevicePluginConfig.model_validate(
+        {"resourceNamingStrategy": "mixed", "health": {"pollIntervalSeconds": 1}}
+    )
+    run_plugin(info, config)
+    kubelet_emulator.wait_for(lambda: kubelet_emulator.allocatable() == {"amd.com/cpx_nps4": 63}, timeout=15)
+    backend = open_backends(info.root)[0]
+    backend.set_partition_mode(info.pci_addresses[0], "SPX")  # what the config manager would do
+    expected = {"amd.com/cpx_nps4": 55, "amd.com/spx_nps4": 8}
+    kubelet_emulator.wait_for(lambda: kubelet_emulator.allocatable() == expected, timeout=5)
+    assert plugin_socket(kubelet_emulator, "amd.com_spx_nps4").is_socket()
