@@ -187,41 +187,37 @@ class PodWorker:
         configmaps, secrets = self._lookup("configmaps"), self._lookup("secrets")
         volumes = volume_dirs(pod, self.runtime.root, self.pod_dir)
         self._refresh_volumes(force=True)
-        containers = []
-        for spec in spec_of(pod).get("containers") or []:
+        specs = list(spec_of(pod).get("containers") or [])
+        # Everything that can fail and be retried comes before device admission, which must not repeat.
+        resolved = []
+        for spec in specs:
             mounts = container_mounts(spec, volumes)
             command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
-            argv = [*command.program, *(rewrite_path(a, mounts) for a in command.args)]
-            env = {
-                k: rewrite_path(v, mounts) for k, v in build_env(spec, pod, ctx, configmaps, secrets).items()
-            }
+            env = build_env(spec, pod, ctx, configmaps, secrets)
+            resolved.append((spec, mounts, command, env))
+        granted = admit_devices(self._devices, self.runtime.root, (namespace_of(pod), name_of(pod)), specs)
+        self._allocated = granted is not None
+        containers = []
+        for spec, volume_mounts, command, env in resolved:
             name = str(spec.get("name") or "")
+            grant = (granted or {}).get(name)
+            mounts = volume_mounts
+            if grant is not None:
+                env.update(grant.env)
+                mounts = sorted([*mounts, *grant.mounts], key=lambda m: len(m[0]), reverse=True)
             containers.append(
                 _Container(
                     spec=spec,
-                    argv=argv,
-                    env=env,
+                    argv=[*command.program, *(rewrite_path(a, mounts) for a in command.args)],
+                    env={
+                        k: rewrite_path(v, mounts) if k in _own_env_names(spec) else v for k, v in env.items()
+                    },
                     mounts=mounts,
                     state=ContainerState(name, str(spec.get("image") or "")),
                     log_path=self.pod_dir / "logs" / f"{name}.log",
                 )
             )
-        self._allocate_devices(containers)
         self._containers = containers
-
-    def _allocate_devices(self, containers: list[_Container]) -> None:
-        specs = [c.spec for c in containers]
-        granted = admit_devices(
-            self._devices, self.runtime.root, (namespace_of(self.pod), name_of(self.pod)), specs
-        )
-        if granted is None:
-            return
-        self._allocated = True
-        for container in containers:
-            grant = granted.get(container.state.name)
-            if grant is not None:
-                container.env.update(grant.env)
-                container.mounts.extend(grant.mounts)
 
     def _refresh_volumes(self, *, force: bool = False) -> None:
         dirs = volume_dirs(self.pod, self.runtime.root, self.pod_dir)
@@ -381,6 +377,11 @@ class PodWorker:
             except Exception as error:
                 if not is_status(error, 404, 409):
                     log.warning("pod %s: final delete failed (%s)", name_of(self.pod), error)
+
+
+def _own_env_names(container: Mapping[str, Any]) -> set[str]:
+    """Env names the pod itself sets: only those may name container paths to rewrite."""
+    return {str(e.get("name")) for e in container.get("env") or []}
 
 
 def _period(probe: Mapping[str, Any]) -> float:
