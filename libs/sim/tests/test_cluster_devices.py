@@ -171,8 +171,7 @@ def test_process_pod_gets_its_devices_from_the_plugin_and_releases_them(cluster:
             lambda: report.is_file() and json.loads(report.read_text() or "{}"), 20, what="env dump"
         )
         assert env["FAKE_VISIBLE_DEVICES"] in ("gpu-0", "gpu-1")
-        emulator = cluster.kubelets.device_sources["amd-0"] if cluster.kubelets else None
-        assert emulator is not None
+        emulator = cluster.kubelet_emulator("amd-0")
         (assignment,) = emulator.assignments()
         assert (assignment.name, assignment.namespace) == ("gpu-user", "default")
 

@@ -280,6 +280,15 @@ class SimCluster:
                 return node
         raise KeyError(f"no simulated node named {name!r}")
 
+    def kubelet_emulator(self, node: str) -> KubeletEmulator:
+        """The node's kubelet emulator (device plugins, pod-resources); only with device_plugins on."""
+        source = self.kubelets.device_sources.get(node) if self.kubelets else None
+        if not isinstance(source, KubeletEmulator):
+            raise SimClusterError(
+                f"node {node!r} runs no kubelet emulator (device_plugins is off or no such node)"
+            )
+        return source
+
     def pod_log(self, namespace: str, name: str, container: str) -> str:
         """What a `process` pod's container wrote to stdout/stderr (all restarts, newest pod first)."""
         candidates = sorted(
