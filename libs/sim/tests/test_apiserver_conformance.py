@@ -575,3 +575,15 @@ def test_drop_watches_ends_open_streams(sim_apiserver: SimApiServer, core: clien
 def plain_server() -> Iterator[SimApiServer]:
     with SimApiServer(controllers=False) as srv:
         yield srv
+
+
+def test_graceful_pod_deletion_waits_for_the_kubelet(core: client.CoreV1Api) -> None:
+    core.create_namespace({"metadata": {"name": "grace"}})
+    wait_for(lambda: core.list_namespaced_service_account("grace").items, what="default ServiceAccount")
+    spec = {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox:1"}]}
+    core.create_namespaced_pod("grace", {"metadata": {"name": "p"}, "spec": spec})
+    core.delete_namespaced_pod("p", "grace")
+    pod = core.read_namespaced_pod("p", "grace")
+    assert pod.metadata.deletion_timestamp and pod.metadata.deletion_grace_period_seconds == 30
+    core.delete_namespaced_pod("p", "grace", grace_period_seconds=0)  # what the kubelet sends once stopped
+    assert status_of(lambda: core.read_namespaced_pod("p", "grace")) == 404

@@ -46,10 +46,9 @@ def _cases(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (GOLDEN / f"{name}.jsonl").read_text().splitlines() if line.strip()]
 
 
-def _replayable(case: dict[str, Any]) -> bool:
-    return not (
-        case.get("skip_replay") or case.get("requires") or "kubectl" in case or "python_client" in case
-    )
+def _replayable(case: dict[str, Any], *, with_requires: bool = False) -> bool:
+    needs_flags = bool(case.get("requires")) and not with_requires
+    return not (case.get("skip_replay") or needs_flags or "kubectl" in case or "python_client" in case)
 
 
 def _without_fork_source(x: Any) -> Any:
@@ -106,14 +105,14 @@ def test_golden_case_counts_match_the_readme() -> None:
     assert sum(_replayable(c) for c in cases) == 183
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", FILES)
-def test_replay_golden_file(name: str, replayer: ModuleType, bare_server: SimApiServer) -> None:
-    client = replayer.Client(bare_server.url)
+def _replay_file(
+    replayer: ModuleType, server: SimApiServer, name: str, *, only_requires: bool = False
+) -> None:
+    client = replayer.Client(server.url)
     failures: dict[str, list[Any]] = {}
     replayed = 0
     for case in _cases(name):
-        if not _replayable(case):
+        if not _replayable(case, with_requires=only_requires) or (only_requires and not case.get("requires")):
             continue
         replayed += 1
         case_id = f"{name}:{case['case']}"
@@ -123,3 +122,31 @@ def test_replay_golden_file(name: str, replayer: ModuleType, bare_server: SimApi
             failures[case_id] = diffs
     assert replayed > 0
     assert failures == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FILES)
+def test_replay_golden_file(name: str, replayer: ModuleType, bare_server: SimApiServer) -> None:
+    _replay_file(replayer, bare_server, name)
+
+
+class _QuickClock:
+    """The replayer waits 20-26 s for a 10 s etcd compaction; our compactor runs every 0.3 s."""
+
+    def __init__(self) -> None:
+        self.time = time.time
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(min(seconds, 1.0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["crud", "watch"])
+def test_replay_compaction_cases(name: str) -> None:
+    """The `requires: --etcd-compaction-interval` cases, on a server compacting periodically."""
+    replayer = _load_replayer()
+    replayer.time = _QuickClock()  # type: ignore[attr-defined]
+    with SimApiServer(controllers=False, compaction_interval=0.3) as server:
+        _install_crd(server.url)
+        _replay_file(replayer, server, name, only_requires=True)

@@ -45,6 +45,7 @@ class SimApiServer:
         *,
         history_limit: int = 10_000,
         bookmark_interval: float = 2.0,
+        compaction_interval: float | None = None,
     ) -> None:
         self.host = host
         self._requested_port = port
@@ -65,6 +66,7 @@ class SimApiServer:
         self._runner: web.AppRunner | None = None
         self._stopped: asyncio.Event | None = None
         self._ready = threading.Event()
+        self._compaction_interval = compaction_interval
         self._error: BaseException | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -110,11 +112,21 @@ class SimApiServer:
         self.port = sockets[0].getsockname()[1] if sockets else self._requested_port
         self.router.address = f"{self.host}:{self.port}"
         self._ready.set()
+        compactor = asyncio.ensure_future(self._compact_periodically()) if self._compaction_interval else None
         try:
             await self._stopped.wait()
         finally:
+            if compactor is not None:
+                compactor.cancel()
             self.hub.drop()
             await self._runner.cleanup()
+
+    async def _compact_periodically(self) -> None:
+        """Like kube-apiserver's --etcd-compaction-interval."""
+        assert self._compaction_interval is not None
+        while True:
+            await asyncio.sleep(self._compaction_interval)
+            self.store.compact()
 
     def run_forever(self) -> None:
         """Serve in the foreground until SIGTERM/SIGINT (for the `gpuop-sim` CLI)."""
@@ -210,9 +222,10 @@ class SimApiServer:
         """The most recent served requests (method, path, query, Content-Type, Accept, status)."""
         return self._stats.requests()
 
-    def compact(self) -> None:
-        """Forget the event history now, so older resourceVersions answer 410 Gone."""
-        self.call(self.store.compact)
+    def compact(self, *, watch_history: bool = False) -> None:
+        """Compact now: older Exact lists and continue tokens answer 410 Gone; with
+        `watch_history=True` watches from older resourceVersions get 410 too."""
+        self.call(lambda: self.store.compact(watch_history=watch_history))
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run `fn(*args)` on the server's loop thread and return its result (thread-safe)."""

@@ -110,6 +110,8 @@ class Store:
         self._floor: dict[ResourceKey, int] = {}
         self._listeners: dict[ResourceKey, set[Listener]] = {}
         self._global_listeners: list[Listener] = []
+        # Revisions below this were compacted away for reads (Exact lists, continue tokens).
+        self._list_floor = 0
         # Two APIs over one stored kind (core and events.k8s.io Events): key -> (other key, convert).
         self.mirrors: dict[ResourceKey, tuple[ResourceKey, Callable[[JsonObj], JsonObj]]] = {}
 
@@ -196,11 +198,15 @@ class Store:
         for listener in self._global_listeners:
             listener(event)
 
-    def compact(self) -> None:
-        """Forget all history, as an etcd compaction at the current revision would."""
-        for key, hist in self._history.items():
-            hist.clear()
-            self._floor[key] = self.rv
+    def compact(self, *, watch_history: bool = False) -> None:
+        """An etcd compaction at the current revision: Exact lists and continue tokens at older
+        revisions now get 410. The watch cache survives a compaction on a real server, so watch
+        history is only dropped when asked (`watch_history=True`)."""
+        self._list_floor = self.rv
+        if watch_history:
+            for key, hist in self._history.items():
+                hist.clear()
+                self._floor[key] = self.rv
 
     # ---------------------------------------------------------------- history
     def floor(self, key: ResourceKey) -> int:
@@ -215,6 +221,8 @@ class Store:
 
     def snapshot(self, key: ResourceKey, rv: int, ns: str | None = None) -> list[Stored]:
         """The objects as they were at resourceVersion `rv` (undoing newer events)."""
+        if rv < self._list_floor:
+            raise TooOldError(rv, self._list_floor)
         if rv >= self.rv:
             return self.items(key, ns)
         newer = self.events_since(key, rv)
