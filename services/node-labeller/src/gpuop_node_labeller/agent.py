@@ -22,6 +22,8 @@ from gpuop_node_labeller.ownership import LabelPlan, describe, plan_labels
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+# The client waits forever by default; a wedged connection must fail the pass and be retried instead.
+REQUEST_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ def sync_node_labels(
     resolved by planning again against the fresh Node.
     """
     core = client.CoreV1Api(api)
-    node = core.read_node(node_name)
+    node = core.read_node(node_name, _request_timeout=REQUEST_TIMEOUT_S)
     meta = node.metadata
     plan = plan_labels(meta.labels if meta else None, meta.annotations if meta else None, desired)
     if plan.empty or dry_run:

@@ -63,6 +63,9 @@ class ConfigState:
 
 
 def _api(settings: LabellerSettings) -> client.ApiClient | None:
+    if settings.dry_run and not settings.node_name:
+        log.warning("dry run without a node name: showing every label as new")
+        return None
     try:
         return make_api_client(settings.kubeconfig)
     except KubeConfigError as exc:
