@@ -48,6 +48,11 @@ def test_labels_appear_on_the_node_and_steady_state_writes_nothing(
     for _ in range(5):
         assert not labeller.run_once().written
     assert patches(sim_apiserver) == 1
+    registry = labeller.metrics.registry
+    assert registry.get_sample_value("gpuop_node_labeller_label_patches_total") == 1
+    assert registry.get_sample_value("gpuop_node_labeller_passes_total", {"result": "ok"}) == 6
+    assert registry.get_sample_value("gpuop_node_labeller_labels") == len(expected)
+    assert registry.get_sample_value("gpuop_node_labeller_gpus") == 8
 
 
 def test_partition_switch_relabels_and_foreign_labels_stay(
@@ -156,3 +161,20 @@ def test_config_change_reaches_the_next_pass(
     assert not [k for k in labels if k.startswith(("amd.com/", "beta.amd.com/"))]
     assert labels["gpuop.dev/gpu.partition.compute"] == "cpx"
     stopping.set()
+
+
+def test_missing_node_fails_the_pass_without_retrying(
+    node_gpus: NodeGpus, sim_apiserver: SimApiServer, kube_api_client: Any
+) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    info, _ = node_gpus("amd-single")
+    labeller = make_labeller(info, kube_api_client, name="no-such-node")
+    with pytest.raises(ApiException) as raised:
+        labeller.run_once()
+    assert raised.value.status == 404
+    assert sim_apiserver.stats().get(("get", "nodes"), 0) == 1  # a 404 is not worth retrying
+    assert (
+        labeller.metrics.registry.get_sample_value("gpuop_node_labeller_passes_total", {"result": "failed"})
+        == 1
+    )

@@ -17,6 +17,7 @@ from gpuop_common.retry import kube_retry
 from kubernetes import client
 
 from gpuop_node_labeller.labels import LabelOptions, labels_for
+from gpuop_node_labeller.metrics import LabellerMetrics
 from gpuop_node_labeller.ownership import LabelPlan, describe, plan_labels
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class NodeLabeller:
         nvml: Any | None = None,
         dry_run: bool = False,
         out: TextIO | None = None,
+        metrics: LabellerMetrics | None = None,
     ) -> None:
         self.host_root = host_root
         self.node_name = node_name
@@ -79,6 +81,7 @@ class NodeLabeller:
         self.nvml = nvml
         self.dry_run = dry_run
         self.out = out
+        self.metrics = metrics or LabellerMetrics()
         self._backends: list[GpuBackend] | None = None
         self._last_printed: list[str] | None = None
 
@@ -107,9 +110,23 @@ class NodeLabeller:
 
     # one pass ------------------------------------------------------------------------------------
     def run_once(self) -> PassResult:
-        labels = labels_for(self.read_gpus(), self.options())
+        try:
+            result = self._pass()
+        except Exception:
+            self.metrics.passes.labels(result="failed").inc()
+            raise
+        self.metrics.passes.labels(result="ok").inc()
+        if result.written:
+            self.metrics.patches.inc()
+        self.metrics.labels.set(len(result.labels))
+        return result
+
+    def _pass(self) -> PassResult:
+        gpus = self.read_gpus()
+        self.metrics.gpus.set(len(gpus))
+        labels = labels_for(gpus, self.options())
         if self.api is None:
-            # Only in --dry-run without cluster credentials: show everything as new.
+            # Only in --dry-run without cluster access or node name: show everything as new.
             plan, written = plan_labels({}, {}, labels), False
         else:
             plan, written = sync_node_labels(self.api, self.node_name, labels, dry_run=self.dry_run)

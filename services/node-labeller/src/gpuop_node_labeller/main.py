@@ -14,6 +14,7 @@ from kubernetes import client
 
 from gpuop_node_labeller.agent import NodeLabeller
 from gpuop_node_labeller.events import EventSource, Trigger, UdevEvents
+from gpuop_node_labeller.metrics import LabellerMetrics
 from gpuop_node_labeller.options import LabelOptions
 from gpuop_node_labeller.settings import LabellerSettings
 
@@ -75,7 +76,11 @@ def _api(settings: LabellerSettings) -> client.ApiClient | None:
         return None
 
 
-def serve(ctx: ServiceContext[LabellerSettings], events: EventSource | None = None) -> int:
+def serve(
+    ctx: ServiceContext[LabellerSettings],
+    events: EventSource | None = None,
+    metrics: LabellerMetrics | None = None,
+) -> int:
     s = ctx.settings
     if not s.node_name and not s.dry_run:
         log.error("no node name: set --node-name or NODE_NAME (the downward API's spec.nodeName)")
@@ -100,6 +105,7 @@ def serve(ctx: ServiceContext[LabellerSettings], events: EventSource | None = No
         vendor=s.vendor,
         dry_run=s.dry_run,
         out=sys.stdout if s.dry_run else None,
+        metrics=metrics,
     )
     try:
         return _loop(ctx, labeller, trigger, state)
@@ -137,7 +143,14 @@ def _loop(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_service(LabellerSettings, serve, service=SERVICE, argv=argv)
+    metrics = LabellerMetrics()
+    return run_service(
+        LabellerSettings,
+        lambda ctx: serve(ctx, metrics=metrics),
+        service=SERVICE,
+        argv=argv,
+        registry=metrics.registry,
+    )
 
 
 if __name__ == "__main__":
