@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import random
 import re
-import string
 from typing import Any
 
 from gpuop_sim.apiserver.errors import cause
@@ -415,6 +414,3 @@ def default_pdb(obj: JsonObj) -> None:
 
 def default_priority_class(obj: JsonObj) -> None:
     obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
-
-
-_ = string  # string is kept for callers composing names

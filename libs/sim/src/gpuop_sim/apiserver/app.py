@@ -184,10 +184,16 @@ class Router:
             return raw_response(200, stored.raw)
         raw = await request.read()
         ctype = request.headers.get("Content-Type", "")
+        if "protobuf" in ctype or "cbor" in ctype:
+            # Only JSON/YAML bodies are understood (kubectl create <kind> sends protobuf).
+            raise errors.unsupported_media(
+                f"the simulated API server accepts JSON or YAML bodies only, not {ctype.split(';')[0]}; "
+                "use kubectl apply --validate=false -f with a manifest instead"
+            )
         dry_run = query.get("dryRun") == "All"
         manager = query.get("fieldManager") or request.headers.get("User-Agent", "unknown").split("/")[0]
         if verb in ("delete", "deletecollection"):
-            options = _delete_options(raw, query, ctype, rt)
+            options = _delete_options(raw, query, ctype)
             if verb == "delete":
                 return result_response(core.delete(rt, ns or "", t.name, options, dry_run))
             return result_response(core.delete_collection(rt, ns, query, options, dry_run))
@@ -283,7 +289,7 @@ def _verb(method: str, named: bool, watch: bool) -> str | None:
     return None
 
 
-def _delete_options(raw: bytes, query: dict[str, str], ctype: str, rt: ResourceType) -> JsonObj:
+def _delete_options(raw: bytes, query: dict[str, str], ctype: str) -> JsonObj:
     options: JsonObj = {}
     if raw.strip():
         value = decode_body(raw, ctype, "DeleteOptions").value
@@ -298,7 +304,6 @@ def _delete_options(raw: bytes, query: dict[str, str], ctype: str, rt: ResourceT
             raise errors.bad_request(f"invalid gracePeriodSeconds: {query['gracePeriodSeconds']}") from exc
     if options.get("orphanDependents") is True and "propagationPolicy" not in options:
         options["propagationPolicy"] = "Orphan"
-    _ = rt
     return options
 
 

@@ -20,32 +20,15 @@ class Decoded:
     duplicates: list[str] = field(default_factory=list)
 
 
-def _pairs_hook(dups: list[str], prefix_stack: list[str]) -> Any:
-    def hook(pairs: list[tuple[str, Any]]) -> JsonObj:
-        seen: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in seen:
-                dups.append(key)
-            seen[key] = value
-        return seen
-
-    return hook
-
-
-def _dup_paths(raw: Any, value: Any, path: str = "") -> list[str]:
-    """Find duplicated keys with their dotted path by re-parsing each object's pairs."""
-    return []
-
-
 def decode_json(raw: bytes, kind: str) -> Decoded:
-    dups: list[str] = []
-    paths: list[str] = []
+    """Parse JSON, noting duplicated keys by their dotted path (Strict rejects them)."""
+    dup_at: list[tuple[str, JsonObj]] = []
 
     def hook(pairs: list[tuple[str, Any]]) -> JsonObj:
         seen: JsonObj = {}
         for key, value in pairs:
             if key in seen:
-                dups.append(key)
+                dup_at.append((key, seen))
             seen[key] = value
         return seen
 
@@ -57,27 +40,30 @@ def decode_json(raw: bytes, kind: str) -> Decoded:
             f"the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; "
             f"json parse error: {_go_json_error(exc)} ({snippet} ...)"
         ) from exc
-    if dups and isinstance(value, dict):
-        paths = _locate_dups(value, set(dups))
-    return Decoded(value, paths or dups)
+    if not dup_at:
+        return Decoded(value)
+    paths = _paths_of_dicts(value)
+    return Decoded(
+        value, [f"{paths[id(parent)]}.{key}".lstrip(".") for key, parent in dup_at if id(parent) in paths]
+    )
 
 
 def _go_json_error(exc: Exception) -> str:
+    """Go's wording for the usual truncated-body case; Python's message otherwise."""
     msg = str(exc)
-    if "Expecting" in msg and ("char" in msg) and "delimiter" not in msg:
-        return "unexpected end of JSON input"
-    return "unexpected end of JSON input" if "Unterminated" in msg or "Expecting" in msg else msg
+    return "unexpected end of JSON input" if "Expecting" in msg or "Unterminated" in msg else msg
 
 
-def _locate_dups(value: JsonObj, names: set[str], path: str = "") -> list[str]:
-    """Best-effort dotted paths of duplicated keys (the last occurrence wins in `value`)."""
-    out: list[str] = []
-    for key, child in value.items():
-        here = f"{path}.{key}" if path else key
-        if key in names:
-            out.append(here)
-        if isinstance(child, dict):
-            out += _locate_dups(child, names, here)
+def _paths_of_dicts(value: Any, path: str = "") -> dict[int, str]:
+    """id(dict) -> dotted path of every object inside a parsed document."""
+    out: dict[int, str] = {}
+    if isinstance(value, dict):
+        out[id(value)] = path
+        for key, child in value.items():
+            out.update(_paths_of_dicts(child, f"{path}.{key}" if path else key))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            out.update(_paths_of_dicts(child, f"{path}[{i}]"))
     return out
 
 
