@@ -178,3 +178,37 @@ def test_missing_node_fails_the_pass_without_retrying(
         labeller.metrics.registry.get_sample_value("gpuop_node_labeller_passes_total", {"result": "failed"})
         == 1
     )
+
+
+def test_driver_reload_without_an_event_does_not_drop_the_gpus(
+    node_gpus: NodeGpus, nodes: Any, sim_apiserver: SimApiServer, kube_api_client: Any
+) -> None:
+    from gpuop_sim.nodes.fake_nvml import FakeNvml
+    from gpuop_sim.nodes.fake_nvml_api import NVML_ERROR_GPU_IS_LOST, NVMLError
+
+    class ReloadedDriverNvml(FakeNvml):
+        """Handles of the session open before a driver reload answer GPU_IS_LOST; a new session works."""
+
+        stale = False
+
+        def nvmlInitWithFlags(self, flags: int) -> None:  # noqa: N802 - NVML's name
+            super().nvmlInitWithFlags(flags)
+            self.stale = False
+
+        def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:  # noqa: N802
+            if self.stale:
+                raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+            return super().nvmlDeviceGetHandleByIndex(index)
+
+    info, _ = node_gpus("nvidia-h100x8", "gpu-node")
+    assert info.nvml_state_path is not None
+    nvml = ReloadedDriverNvml(path=info.nvml_state_path)
+    nodes.create("gpu-node")
+    labeller = make_labeller(info, kube_api_client, nvml=nvml)
+    labeller.run_once()
+    assert nodes.labels("gpu-node")["nvidia.com/gpu.count"] == "8"
+    nvml.stale = True  # the driver was reloaded; no udev event reached us
+    result = labeller.run_once()
+    assert not result.written
+    assert result.labels["nvidia.com/gpu.count"] == "8"
+    assert patches(sim_apiserver) == 1

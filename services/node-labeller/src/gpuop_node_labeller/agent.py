@@ -83,6 +83,7 @@ class NodeLabeller:
         self.out = out
         self.metrics = metrics or LabellerMetrics()
         self._backends: list[GpuBackend] | None = None
+        self._last_count: int | None = None
         self._last_printed: list[str] | None = None
 
     # GPUs ----------------------------------------------------------------------------------------
@@ -98,7 +99,7 @@ class NodeLabeller:
                 log.warning("closing GPU backend failed", extra={"error": str(exc)})
         self._backends = None
 
-    def read_gpus(self) -> list[GpuDevice]:
+    def _enumerate(self) -> list[GpuDevice]:
         if self._backends is None:
             self._backends = open_backends(self.host_root, self.vendor, nvml=self.nvml)
         try:
@@ -107,6 +108,16 @@ class NodeLabeller:
             # A stale driver handle (driver reloaded) fails here; the next pass starts fresh.
             self._close_backends()
             raise
+
+    def read_gpus(self) -> list[GpuDevice]:
+        gpus = self._enumerate()
+        if self._last_count is not None and len(gpus) < self._last_count:
+            # Fewer GPUs than last time: a vanished GPU, or driver handles that went stale in a
+            # reload nobody told us about (NVML skips such devices). Only fresh handles can tell.
+            self._close_backends()
+            gpus = self._enumerate()
+        self._last_count = len(gpus)
+        return gpus
 
     # one pass ------------------------------------------------------------------------------------
     def run_once(self) -> PassResult:
