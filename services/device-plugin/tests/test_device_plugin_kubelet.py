@@ -232,8 +232,14 @@ def test_bad_requests_get_a_grpc_error_naming_the_ids(
     # An unhealthy device is refused as a whole request, naming it.
     from gpuop_sim.nodes import vanish_gpu
 
+    assert (
+        allocate_ids(stub, [good]).container_responses[0].devices
+    )  # answered (and remembered) while healthy
     vanish_gpu(info.root, good)
     kubelet_emulator.wait_for(lambda: kubelet_emulator.resources()["amd.com/gpu"][good] == "Unhealthy", 5)
+    with pytest.raises(grpc.RpcError) as err:
+        allocate_ids(stub, [good])  # the remembered answer is not reused once the device is unhealthy
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     other = sorted(kubelet_emulator.resources()["amd.com/gpu"])[1]
     with pytest.raises(grpc.RpcError) as err:
         allocate_ids(stub, [other, good])

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 # How often an idle ListAndWatch stream checks that the kubelet is still there / we are stopping.
 _STREAM_CHECK_S = 1.0
+_CACHE_SIZE = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,31 @@ class DevicePluginAdapter(dp.DevicePluginServicer):
     def __init__(self, view: ResourceView) -> None:
         self.view = view
         self.streams = 0  # open ListAndWatch streams (for readiness and tests)
+        # Answers are a pure function of (snapshot, ids): keep the built responses of the current
+        # snapshot, so the kubelet re-allocating the same devices costs a dict lookup.
+        self._cache_for: ResourceSnapshot | None = None
+        self._cache: dict[tuple[str, ...], dp.ContainerAllocateResponse] = {}
+
+    def _container_response(
+        self, snapshot: ResourceSnapshot, ids: tuple[str, ...]
+    ) -> dp.ContainerAllocateResponse:
+        if self._cache_for is not snapshot:
+            self._cache_for, self._cache = snapshot, {}
+        cached = self._cache.get(ids)
+        if cached is None:
+            chosen = validate_request(
+                self.view.resource,
+                ids,
+                snapshot.by_id,
+                snapshot.health,
+                shared=snapshot.shared,
+                fail_requests_greater_than_one=snapshot.fail_requests_greater_than_one,
+            )
+            cached = container_response(grant(self.view.resource, chosen, cdi=snapshot.cdi))
+            if len(self._cache) >= _CACHE_SIZE:
+                self._cache.clear()
+            self._cache[ids] = cached
+        return cached
 
     def GetDevicePluginOptions(
         self, request: dp.Empty, context: grpc.ServicerContext
@@ -181,15 +207,7 @@ class DevicePluginAdapter(dp.DevicePluginServicer):
         responses = []
         try:
             for req in request.container_requests:
-                chosen = validate_request(
-                    self.view.resource,
-                    req.devices_ids,
-                    snapshot.by_id,
-                    snapshot.health,
-                    shared=snapshot.shared,
-                    fail_requests_greater_than_one=snapshot.fail_requests_greater_than_one,
-                )
-                responses.append(container_response(grant(self.view.resource, chosen, cdi=snapshot.cdi)))
+                responses.append(self._container_response(snapshot, tuple(req.devices_ids)))
         except AllocationRequestError as exc:
             log.warning("allocate refused", extra={"resource": self.view.resource, "error": str(exc)})
             context.abort(_CODES.get(exc.code, grpc.StatusCode.INVALID_ARGUMENT), str(exc))
