@@ -22,12 +22,16 @@ def test_chart_in_the_simulated_cluster_fills_node_allocatable() -> None:
     docs: list[dict[str, Any]] = helm.template(
         CHART, release="gpuop", namespace="gpuop", values=["config.resourceNamingStrategy=mixed"]
     )
-    with SimCluster(profiles=["amd-mi210x8", "amd-mi300x-cpx"], pods="process") as cluster:
+    with SimCluster(profiles=["amd-mi210x8", "amd-mi300x-cpx", "nvidia-h100x8-mig"], pods="process") as cluster:
         api = cluster.api()
         api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuop"}})
         for doc in docs:
             api.create(KINDS[doc["kind"]], doc, "gpuop")
-        expected = {"amd-0": ("amd.com/gpu", "8"), "amd-1": ("amd.com/cpx_nps4", "63")}
+        expected = {
+            "amd-0": ("amd.com/gpu", "8"),
+            "amd-1": ("amd.com/cpx_nps4", "63"),
+            "nvidia-0": ("nvidia.com/gpu", "8"),  # migStrategy none: MIG GPUs as whole GPUs
+        }
         for node, (resource, count) in expected.items():
             cluster.wait_for_object(
                 NODES,
