@@ -1,7 +1,8 @@
 """One labelling pass: read the node's GPUs, compute the labels, bring the Node to them in one PATCH.
 
 The GPU backends are kept open between passes (NVML init is not free) and reopened after a hardware
-event or a backend failure, which is what a driver reload or a vanished device looks like.
+event, a backend failure, or a pass that sees fewer GPUs than the last one: that is what a driver
+reload or a vanished device looks like.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def sync_node_labels(
     plan = plan_labels(meta.labels if meta else None, meta.annotations if meta else None, desired)
     if plan.empty or dry_run:
         return plan, False
-    core.patch_node(node_name, plan.patch(meta.resource_version if meta else None), _content_type=MERGE_PATCH)
+    patch = plan.patch(meta.resource_version if meta else None)
+    core.patch_node(node_name, patch, _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT_S)
     log.info(
         "node labels updated",
         extra={"node_name": node_name, "set": plan.set, "removed": list(plan.removed)},
