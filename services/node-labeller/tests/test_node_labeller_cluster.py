@@ -15,7 +15,7 @@ import yaml
 from gpuop_sim import helm
 from gpuop_sim.binaries import find_binary
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import NAMESPACES, NODES
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, NAMESPACES, NODES
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "node-labeller"
@@ -75,3 +75,16 @@ def test_every_gpu_node_shows_its_labels(cluster: SimCluster) -> None:
     # The standalone DaemonSet selects GPU nodes only: the CPU node is never labelled.
     assert not [k for k in labels(cluster, cluster.nodes[2].name) if k.startswith("gpuop.dev/gpu.")]
     cluster.wait_for_daemonset_ready("gpuop-node-labeller", NAMESPACE, timeout=60)
+
+    # A ConfigMap edit reaches the running pods through the mounted file: no restart, labels follow.
+    config = "labelSets: [neutral]\nintervalSeconds: 60\n"
+    cluster.api().patch(
+        CONFIGMAPS, "gpuop-node-labeller-config", {"data": {"config.yaml": config}}, NAMESPACE
+    )
+    cluster.wait_for(
+        lambda: not [k for k in labels(cluster, amd) if k.startswith(("amd.com/", "beta.amd.com/"))],
+        timeout=60,
+        what="AMD labels removed after the config change",
+    )
+    assert labels(cluster, amd)["gpuop.dev/gpu.partition.compute"] == "cpx"
+    assert "nvidia.com/gpu.product" not in labels(cluster, nvidia)
