@@ -67,6 +67,20 @@ def test_trigger_collects_a_burst_and_wakes_on_stop() -> None:
         trigger.fire(f"udev change drm card{n}")
     assert len(trigger.wait(10, settle=0.01)) == 5
     assert trigger.wait(0.01) == []
+    # A device flapping forever still lets a pass through once the bounded settle time is over.
+    flapping = threading.Event()
+
+    def flap() -> None:
+        while not flapping.is_set():
+            trigger.fire("udev change drm card0")
+            time.sleep(0.005)
+
+    threading.Thread(target=flap, daemon=True).start()
+    try:
+        assert trigger.wait(10, settle=0.02)
+    finally:
+        flapping.set()
+    trigger.wait(0)
     threading.Timer(0.05, stopping.set).start()
     started = time.monotonic()
     trigger.wait(30)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ GPU_PCI_VENDORS = ("1002", "10DE")
 GPU_MODULES = frozenset({"amdgpu", "nvidia"})
 SUBSYSTEMS = ("drm", "pci", "module")
 UDEV_CONTROL = Path("/run/udev/control")
+MAX_SETTLE_ROUNDS = 10
 
 
 def relevant(action: str | None, subsystem: str | None, name: str, properties: Mapping[str, str]) -> bool:
@@ -60,9 +62,11 @@ class Trigger:
         Returns the reasons collected (empty: the timeout ran out, a periodic resync is due).
         """
         self._event.wait(timeout)
+        # A device that keeps flapping must not postpone the pass forever: settle for a bounded time.
+        deadline = time.monotonic() + settle * MAX_SETTLE_ROUNDS
         while settle > 0 and self._event.is_set() and not self._stopping.is_set():
             self._event.clear()
-            if not self._event.wait(settle):
+            if not self._event.wait(settle) or time.monotonic() >= deadline:
                 break
         self._event.clear()
         with self._lock:
