@@ -298,7 +298,7 @@ def test_cdi_mode_names_devices_and_writes_the_spec(
     gpu_node_root: MakeRoot, run_plugin: StartPlugin, kubelet_emulator: KubeletEmulator
 ) -> None:
     info = gpu_node_root("amd-mi210x8")
-    run_plugin(info, DevicePluginConfig(cdi=True))
+    handle = run_plugin(info, DevicePluginConfig(cdi=True))
     kubelet_emulator.wait_for(lambda: kubelet_emulator.allocatable().get("amd.com/gpu") == 8, timeout=10)
     one = sorted(kubelet_emulator.resources()["amd.com/gpu"])[0]
     response = kubelet_emulator.allocate("amd.com/gpu", [one]).response
@@ -309,8 +309,14 @@ def test_cdi_mode_names_devices_and_writes_the_spec(
     assert spec["kind"] == "amd.com/gpu" and spec["cdiVersion"] == "0.6.0"
     entry = next(d for d in spec["devices"] if d["name"] == one)
     nodes = {n["path"] for n in entry["containerEdits"]["deviceNodes"]}
-    assert "/dev/kfd" in nodes and {Path(n).name for n in nodes - {"/dev/kfd"}} == amd_drm_names(
-        info.root, one
+    assert "/dev/kfd" in nodes
+    assert {Path(n).name for n in nodes - {"/dev/kfd"}} == amd_drm_names(info.root, one)
+    # Turning CDI off removes our spec (stale names must not resolve) and hands out device nodes again.
+    handle.service.apply_config(DevicePluginConfig(cdi=False))
+    spec_file = info.root / "var/run/cdi/gpuop-amd.com-gpu.json"
+    kubelet_emulator.wait_for(lambda: not spec_file.exists(), timeout=5)
+    kubelet_emulator.wait_for(
+        lambda: bool(kubelet_emulator.allocate("amd.com/gpu", [one]).response.devices), 5
     )
 
 

@@ -22,7 +22,9 @@ def test_chart_in_the_simulated_cluster_fills_node_allocatable() -> None:
     docs: list[dict[str, Any]] = helm.template(
         CHART, release="gpuop", namespace="gpuop", values=["config.resourceNamingStrategy=mixed"]
     )
-    with SimCluster(profiles=["amd-mi210x8", "amd-mi300x-cpx", "nvidia-h100x8-mig"], pods="process") as cluster:
+    with SimCluster(
+        profiles=["amd-mi210x8", "amd-mi300x-cpx", "nvidia-h100x8-mig"], pods="process"
+    ) as cluster:
         api = cluster.api()
         api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuop"}})
         for doc in docs:

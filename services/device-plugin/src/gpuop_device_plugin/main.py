@@ -92,7 +92,7 @@ def serve(ctx: ServiceContext[DevicePluginSettings]) -> int:
     if s.udev:
         udev.start()
     ctx.probes.add_readiness_check("registered", lambda: service.registered or not service.servers)
-    ctx.probes.add_readiness_check("config", lambda: watcher.error is None or "missing" in watcher.error)
+    ctx.probes.add_readiness_check("config", lambda: watcher.error is None or not s.config_file.exists())
     try:
         service.tick()
         if s.once:

@@ -104,10 +104,10 @@ class DevicePluginService:
                         },
                     },
                 )
-        if config.cdi:
-            devices_all = plan.all_devices()
-            for vendor in (Vendor.AMD, Vendor.NVIDIA):
-                write_spec(self.cdi_dir, vendor, build_spec(vendor, devices_all))
+        # With CDI off the specs are emptied, which removes our files: stale names must not resolve.
+        devices_all = plan.all_devices() if config.cdi else []
+        for vendor in (Vendor.AMD, Vendor.NVIDIA):
+            write_spec(self.cdi_dir, vendor, build_spec(vendor, devices_all))
 
     def run(self, stopping: Stopping) -> None:
         while not stopping.is_set():
