@@ -183,7 +183,7 @@ def test_console_script_without_node_name_exits_with_a_clear_error(
     assert "no node name" in done.stderr
 
 
-def test_bad_flag_value_names_the_flag(tmp_path: Path) -> None:
+def test_bad_flag_value_names_the_flag() -> None:
     done = run_script("--mig-strategy=sometimes", env={})
     assert done.returncode == 2
     assert "--mig-strategy" in done.stderr
