@@ -173,11 +173,10 @@ def test_console_script_without_node_name_exits_with_a_clear_error(
     gpu_node_root: Callable[..., NodeRootInfo],
 ) -> None:
     info = gpu_node_root("amd-single")
-    env = {k: v for k, v in info.env.items()}
+    env = {k: v for k, v in {**os.environ, **info.env}.items() if k not in ("NODE_NAME", "GPUOP_NODE_NAME")}
     done = subprocess.run(
         [str(SCRIPT), "--once", f"--host-root={info.root}", "--probe-port=0", "--bind-address=127.0.0.1"],
-        capture_output=True, text=True, timeout=60, check=False,
-        env={k: v for k, v in {**os.environ, **env}.items() if k not in ("NODE_NAME", "GPUOP_NODE_NAME")},
+        capture_output=True, text=True, timeout=60, check=False, env=env,
     )  # fmt: skip
     assert done.returncode == 2
     assert "no node name" in done.stderr
