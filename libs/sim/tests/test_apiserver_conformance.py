@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -587,3 +588,40 @@ def test_graceful_pod_deletion_waits_for_the_kubelet(core: client.CoreV1Api) -> 
     assert pod.metadata.deletion_timestamp and pod.metadata.deletion_grace_period_seconds == 30
     core.delete_namespaced_pod("p", "grace", grace_period_seconds=0)  # what the kubelet sends once stopped
     assert status_of(lambda: core.read_namespaced_pod("p", "grace")) == 404
+
+
+MALFORMED = [
+    b"",
+    b"{",
+    b"[]",
+    b'{"metadata": 5}',
+    b'{"metadata": {"name": "m", "labels": 5}}',
+    b'{"metadata": {"name": "m", "ownerReferences": [5]}}',
+]
+# A field of the wrong type where the kind declares it (a real server fails to decode these).
+WRONG_TYPE = {
+    "/api/v1/nodes": b'{"metadata": {"name": "m"}, "spec": {"taints": 5}}',
+    "/api/v1/namespaces/default/pods": b'{"metadata": {"name": "m"}, "spec": {"containers": [5]}}',
+    "/apis/apps/v1/namespaces/default/daemonsets": b'{"metadata": {"name": "m"}, "spec": {"template": 5}}',
+}
+
+
+@pytest.mark.parametrize("path", sorted(WRONG_TYPE))
+def test_malformed_bodies_get_4xx_and_nothing_is_stored(sim_apiserver: SimApiServer, path: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    for body in [*MALFORMED, WRONG_TYPE[path]]:
+        for method, suffix, ctype in (
+            ("POST", "", "application/json"),
+            ("PATCH", "/m", "application/merge-patch+json"),
+            ("PATCH", "/m", "application/strategic-merge-patch+json"),
+        ):
+            req = urllib.request.Request(
+                sim_apiserver.url + path + suffix, data=body, method=method, headers={"Content-Type": ctype}
+            )
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(req, timeout=5)
+            assert 400 <= info.value.code < 500, (method, path, body, info.value.read())
+    with urllib.request.urlopen(sim_apiserver.url + path, timeout=5) as resp:
+        assert json.loads(resp.read())["items"] == []

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from gpuop_sim.apiserver import admission, crd, errors, kinds, validation
 from gpuop_sim.apiserver.base import WriteOptions
@@ -47,6 +49,62 @@ def check_unknown(rt: ResourceType, obj: JsonObj, opts: WriteOptions, *, on_crea
     opts.warnings += [f'unknown field "{u}"' for u in unknown]
 
 
+_META_TYPES: dict[str, tuple[type, str]] = {
+    "name": (str, "string"),
+    "generateName": (str, "string"),
+    "namespace": (str, "string"),
+    "uid": (str, "string"),
+    "resourceVersion": (str, "string"),
+    "labels": (dict, "map[string]string"),
+    "annotations": (dict, "map[string]string"),
+    "finalizers": (list, "[]string"),
+    "ownerReferences": (list, "[]v1.OwnerReference"),
+}
+
+
+def _json_type(value: Any) -> str:
+    for typ, name in (
+        (bool, "bool"),
+        (int, "number"),
+        (float, "number"),
+        (str, "string"),
+        (list, "array"),
+        (dict, "object"),
+    ):
+        if isinstance(value, typ):
+            return name
+    return "null"
+
+
+def cannot_handle(rt: ResourceType, detail: str) -> ApiError:
+    """The 400 a real server gives for a body that does not decode into the kind's Go type."""
+    return errors.bad_request(
+        f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {detail}'
+    )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def decode_guard(method: F) -> F:
+    """Turn a wrongly-typed field met while defaulting or validating into a 400, never a 500.
+
+    The real server rejects such bodies while decoding them into Go structs; the simulator keeps
+    JSON, so the mismatch surfaces when admission code touches the field."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
+            rt = next((a for a in args if isinstance(a, ResourceType)), None)
+            if rt is None:
+                raise
+            raise cannot_handle(rt, f"a field has the wrong type ({type(exc).__name__}: {exc})") from exc
+
+    return cast(F, wrapper)
+
+
 def check_kind(rt: ResourceType, obj: Any) -> JsonObj:
     if not isinstance(obj, dict):
         raise errors.bad_request(f"the object provided is unrecognized (must be of type {rt.kind})")
@@ -62,7 +120,24 @@ def check_kind(rt: ResourceType, obj: Any) -> JsonObj:
     if meta is None:
         obj["metadata"] = {}
     elif not isinstance(meta, dict):
-        raise errors.bad_request(f"{rt.kind}.metadata must be an object")
+        raise cannot_handle(
+            rt,
+            f"json: cannot unmarshal {_json_type(meta)} into Go struct field .metadata of type v1.ObjectMeta",
+        )
+    else:
+        for field, (want, go_type) in _META_TYPES.items():
+            value = meta.get(field)
+            refs_ok = (
+                field != "ownerReferences"
+                or not isinstance(value, list)
+                or all(isinstance(r, dict) for r in value)
+            )
+            if value is not None and (not isinstance(value, want) or not refs_ok):
+                raise cannot_handle(
+                    rt,
+                    f"json: cannot unmarshal {_json_type(value)} into Go struct field "
+                    f"ObjectMeta.metadata.{field} of type {go_type}",
+                )
     for mtime in kinds.MICROTIME_FIELDS.get(rt.kind, ()):
         cur: Any = obj
         for part in mtime:
@@ -71,9 +146,7 @@ def check_kind(rt: ResourceType, obj: Any) -> JsonObj:
             continue  # core Events accept any RFC 3339 eventTime
         problem = admission.microtime_error(cur)
         if problem:
-            raise errors.bad_request(
-                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {problem}'
-            )
+            raise cannot_handle(rt, problem)
     return obj
 
 

@@ -27,6 +27,7 @@ class ApiCore(DeletionMixin):
     """create/update/patch on top of the list and delete halves (see listing.py, deletion.py)."""
 
     # ------------------------------------------------------------------ create
+    @checks.decode_guard
     def create(
         self,
         rt: ResourceType,
@@ -105,6 +106,7 @@ class ApiCore(DeletionMixin):
             )
 
     # ------------------------------------------------------------------ update
+    @checks.decode_guard
     def update(
         self,
         rt: ResourceType,
@@ -241,6 +243,7 @@ class ApiCore(DeletionMixin):
         return Result(200, stored.raw, opts.warnings)
 
     # ------------------------------------------------------------------ patch
+    @checks.decode_guard
     def patch(
         self,
         rt: ResourceType,

@@ -11,7 +11,7 @@ import copy
 import json
 from typing import Any
 
-from gpuop_sim.apiserver import crd, errors, managed
+from gpuop_sim.apiserver import checks, crd, errors, managed
 from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
 from gpuop_sim.apiserver.errors import ApiError
 from gpuop_sim.apiserver.managed import IGNORED_META, Path, field_set, from_fields_v1
@@ -69,6 +69,7 @@ def _remove_path(obj: Any, path: Path) -> None:
         parent[:] = [i for i in parent if i != val]
 
 
+@checks.decode_guard
 def apply(
     core: ApiCore,
     rt: ResourceType,

@@ -9,12 +9,14 @@ The per-resource history lets watches resume, lists be served at an older resour
 from __future__ import annotations
 
 import json
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 JsonObj = dict[str, Any]
+log = logging.getLogger(__name__)
 ResourceKey = tuple[str, str]  # (group, plural)
 ObjKey = tuple[str, str]  # (namespace or "", name)
 
@@ -193,10 +195,11 @@ class Store:
         while len(hist) > self.history_limit:
             dropped = hist.popleft()
             self._floor[event.resource] = dropped.rv
-        for listener in list(self._listeners.get(event.resource, ())):
-            listener(event)
-        for listener in self._global_listeners:
-            listener(event)
+        for listener in [*self._listeners.get(event.resource, ()), *self._global_listeners]:
+            try:
+                listener(event)
+            except Exception:  # a watcher or controller bug must never undo or break a write
+                log.exception("store listener failed on %s %s", event.type, event.resource)
 
     def compact(self, *, watch_history: bool = False) -> None:
         """An etcd compaction at the current revision: Exact lists and continue tokens at older
