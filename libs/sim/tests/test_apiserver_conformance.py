@@ -625,3 +625,25 @@ def test_malformed_bodies_get_4xx_and_nothing_is_stored(sim_apiserver: SimApiSer
             assert 400 <= info.value.code < 500, (method, path, body, info.value.read())
     with urllib.request.urlopen(sim_apiserver.url + path, timeout=5) as resp:
         assert json.loads(resp.read())["items"] == []
+
+
+def test_deleting_a_crd_deletes_its_objects_for_watchers(
+    kube_api_client: client.ApiClient, widgets: client.CustomObjectsApi
+) -> None:
+    listed = widgets.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
+    widgets.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, widget("gone"))
+    stream = watch.Watch().stream(
+        widgets.list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        resource_version=listed["metadata"]["resourceVersion"],
+        timeout_seconds=10,
+    )
+    assert next(stream)["type"] == "ADDED"
+    began = time.monotonic()
+    client.ApiextensionsV1Api(kube_api_client).delete_custom_resource_definition("widgets.example.gpuop.dev")
+    rest = [(e["type"], e["object"]["metadata"]["name"]) for e in stream]
+    assert rest == [("DELETED", "gone")]
+    assert time.monotonic() - began < 5  # the watch ended with the resource, not at its timeout

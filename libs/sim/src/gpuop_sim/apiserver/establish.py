@@ -6,6 +6,7 @@ Unlike controllers.py this is part of the real API server, so it always runs.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from gpuop_sim.apiserver import crd
@@ -17,9 +18,16 @@ CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 
 
 class CrdEstablisher:
-    def __init__(self, core: ApiCore, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        core: ApiCore,
+        loop: asyncio.AbstractEventLoop,
+        drop_watches: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.core = core
         self.loop = loop
+        # Open watches on a removed resource end, like the real server's watch cache shutting down.
+        self.hub_drop: Callable[[str, str], None] = drop_watches or (lambda _plural, _group: None)
         core.after_write.append(self._after_write)
 
     def _crd_rt(self) -> ResourceType:
@@ -86,6 +94,12 @@ class CrdEstablisher:
         spec = crd_obj.get("spec") or {}
         group, plural = spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
         self.core.registry.unregister(group, plural)
+        # Watchers see every custom resource go, as the real CRD finalizer deletes them one by one.
+        for stored in self.core.store.items((group, plural)):
+            final = stored.copy()
+            final["metadata"]["resourceVersion"] = str(self.core.store.next_rv())
+            self.core.store.remove((group, plural), final)
+        self.hub_drop(plural, group)
         self.core.store.drop_table((group, plural))
 
     def _cleanup(self, name: str) -> None:

@@ -97,7 +97,7 @@ class SimApiServer:
         """Run on the current event loop until stop() (or SIGTERM via run_forever)."""
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        CrdEstablisher(self.core, self._loop)
+        CrdEstablisher(self.core, self._loop, self.hub.drop)
         ctrl.Controllers(self.core, self._enabled, self._loop)
         self._bootstrap()
         app = web.Application(client_max_size=64 * 1024 * 1024)

@@ -29,11 +29,12 @@ class WatchHub:
     def __init__(self, store: Store, bookmark_interval: float) -> None:
         self.store = store
         self.bookmark_interval = bookmark_interval
-        self._open: dict[asyncio.Queue[Any], str] = {}
+        self._open: dict[asyncio.Queue[Any], tuple[str, str]] = {}  # queue -> (group, plural)
 
-    def drop(self, plural: str | None = None) -> None:
-        for queue, res in list(self._open.items()):
-            if plural is None or res == plural:
+    def drop(self, plural: str | None = None, group: str | None = None) -> None:
+        """End open watches of one plural (optionally of one group only), or all of them."""
+        for queue, (g, p) in list(self._open.items()):
+            if (plural is None or p == plural) and (group is None or g == group):
                 queue.put_nowait(_CLOSE)
 
     @property
@@ -94,7 +95,7 @@ class WatchHub:
 
         if too_old is None:
             self.store.subscribe(key, listener)
-            self._open[queue] = rt.plural
+            self._open[queue] = rt.key
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         try:
