@@ -68,6 +68,17 @@ def test_operator_managed_render_selects_the_deploy_label() -> None:
     assert "affinity" not in pod
 
 
+def test_nvidia_runtime_class_asks_for_the_driver_library() -> None:
+    docs = helm.template(CHART, values=["runtimeClassName=nvidia"])
+    assert helm.validate_manifests(docs, "1.35.0") == []
+    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    standalone = kind(helm.template(CHART), "DaemonSet")["spec"]["template"]["spec"]
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in standalone["containers"][0]["env"]}
+
+
 def test_custom_kubelet_dir_and_nvidia_privileges() -> None:
     docs = helm.template(
         CHART, values=["kubeletSocketPath=/var/lib/k0s/kubelet/device-plugins", "privileged=true"]
