@@ -6,10 +6,11 @@ whose text is what the real server answers in its 400 BadRequest.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from gpuop_sim.apiserver.validation import validate_label_key
 
 JsonObj = dict[str, Any]
 
@@ -138,13 +139,10 @@ def parse_label_selector(text: str) -> list[Requirement]:
     return reqs
 
 
-_KEY_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-
-
 def _check_key(key: str) -> None:
-    name = key.rpartition("/")[2]
-    if not _KEY_RE.match(name) or len(name) > 63:
-        raise SelectorError(f'unable to parse requirement: invalid label key "{key}"')
+    problems = validate_label_key(key, "key")
+    if problems:
+        raise SelectorError(f"unable to parse requirement: key: {problems[0]['message']}")
 
 
 def labels_match(reqs: list[Requirement], obj: JsonObj) -> bool:
