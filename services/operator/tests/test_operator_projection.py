@@ -21,7 +21,20 @@ def test_single_deviceconfig_fills_its_key_and_config_yaml_with_the_section() ->
     assert plan_config_map("metrics-exporter", {**changes}, {"ops/gpus": spec}, ["ops/gpus"]) == {}
 
 
-def test_two_deviceconfigs_leave_config_yaml_to_helm_and_deleted_keys_go() -> None:
+def test_deviceconfigs_that_agree_share_config_yaml() -> None:
+    amd = DeviceConfigSpec.model_validate({"vendor": "amd", "metricsExporter": {"port": 5001}})
+    nvidia = DeviceConfigSpec.model_validate({"vendor": "nvidia", "metricsExporter": {"port": 5001}})
+    changes = plan_config_map(
+        "metrics-exporter", {}, {"ops/amd": amd, "ops/nvidia": nvidia}, ["ops/amd", "ops/nvidia"]
+    )
+    assert yaml.safe_load(changes[DEFAULT_KEY] or "")["port"] == 5001
+    # One of them invalid: config.yaml is left as it is.
+    assert DEFAULT_KEY not in plan_config_map(
+        "metrics-exporter", {}, {"ops/amd": amd}, ["ops/amd", "ops/nvidia"]
+    )
+
+
+def test_two_deviceconfigs_that_differ_leave_config_yaml_to_helm_and_deleted_keys_go() -> None:
     a, b = DeviceConfigSpec(), DeviceConfigSpec.model_validate({"nodeLabeller": {"enable": False}})
     current = {DEFAULT_KEY: "x", data_key("ops/gone"): "y"}
     changes = plan_config_map("node-labeller", current, {"ops/a": a, "ops/b": b}, ["ops/a", "ops/b"])

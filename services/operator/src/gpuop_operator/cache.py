@@ -63,6 +63,8 @@ class WatchCache:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.relists = 0
+        self.failures = 0  # lists/watches that failed and were retried
+        self.resumes = 0  # watch streams that ended and were resumed
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.resource.plural}", daemon=True)
@@ -122,6 +124,7 @@ class WatchCache:
                 if not version:
                     version = self._relist()
                 version = self._follow(version)
+                self.resumes += 1
             except WatchExpiredError:
                 version = ""
             except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
@@ -130,6 +133,7 @@ class WatchCache:
                     extra={"resource": self.resource.plural, "error": f"{type(exc).__name__}: {exc}"[:300]},
                 )
                 version = ""
+                self.failures += 1
                 self._stop.wait(self._retry_delay)
 
     def _follow(self, version: str) -> str:

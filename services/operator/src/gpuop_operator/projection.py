@@ -3,9 +3,10 @@
 Helm renders `<release>-<service>-config` with `config.yaml` from the chart values. The operator adds
 one key per DeviceConfig, `<namespace>.<name>.yaml`, holding `spec.<section>.to_wire()`, and marks
 each node with the DeviceConfig that owns it (`gpuop.dev/deviceconfig` annotation), so an agent
-finds its node's settings. While exactly one DeviceConfig exists and is valid, `config.yaml` is also
-set to its section: agents that only read `config.yaml` then get the settings too, and hot-reload
-them. An invalid DeviceConfig keeps its last projected key (nothing changes until it is fixed).
+finds its node's settings. While every DeviceConfig is valid and they all agree on the section (one
+DeviceConfig, or e.g. one per vendor with the same settings), `config.yaml` is set to it as well:
+agents that only read `config.yaml` then get the settings too, and hot-reload them. An invalid
+DeviceConfig keeps its last projected key (nothing changes until it is fixed).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def plan_config_map(
     for key in current:
         if key != DEFAULT_KEY and key.endswith(".yaml") and key not in desired and key not in kept:
             desired[key] = None
-    if len(existing) == 1 and len(valid) == 1:
-        (spec,) = valid.values()
-        desired[DEFAULT_KEY] = render_section(spec, service)
+    rendered = {text for key, text in desired.items() if text is not None}
+    if valid and set(existing) == set(valid) and len(rendered) == 1:
+        desired[DEFAULT_KEY] = rendered.pop()
     return {key: value for key, value in desired.items() if current.get(key) != value}
