@@ -86,5 +86,10 @@ def test_every_gpu_node_shows_its_labels(cluster: SimCluster) -> None:
         timeout=60,
         what="AMD labels removed after the config change",
     )
+    cluster.wait_for(
+        lambda: not [k for k in labels(cluster, nvidia) if k.startswith("nvidia.com/")],
+        timeout=60,
+        what="NVIDIA labels removed after the config change",
+    )
     assert labels(cluster, amd)["gpuop.dev/gpu.partition.compute"] == "cpx"
-    assert "nvidia.com/gpu.product" not in labels(cluster, nvidia)
+    assert labels(cluster, nvidia)["gpuop.dev/gpu.model"] == "NVIDIA-H100-80GB-HBM3"
