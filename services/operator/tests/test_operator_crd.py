@@ -25,20 +25,20 @@ def _version(crd: dict[str, Any]) -> dict[str, Any]:
     return versions[0]
 
 
-def test_chart_crd_is_current_with_the_models() -> None:
+def test_generated_files_are_current_with_the_models() -> None:
     assert CHART_CRD.read_text() == crdgen.render_crd_yaml(), (
         "charts/crds is stale: run `python -m gpuop_operator.crdgen`"
     )
-    assert crdgen.main(["--check", "--output", str(CHART_CRD)]) == 0
+    assert crdgen.main(["--check", "--root", str(REPO)]) == 0
 
 
 def test_check_mode_fails_on_a_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    stale = tmp_path / "crd.yaml"
-    stale.write_text(crdgen.render_crd_yaml().replace("gpudc", "oldname"))
-    assert crdgen.main(["--check", "--output", str(stale)]) == 1
+    assert crdgen.main(["--root", str(tmp_path)]) == 0
+    assert crdgen.main(["--check", "--root", str(tmp_path)]) == 0
+    crd = tmp_path / "charts" / "crds" / "crds" / f"{CRD_NAME}.yaml"
+    crd.write_text(crd.read_text().replace("gpudc", "oldname"))
+    assert crdgen.main(["--check", "--root", str(tmp_path)]) == 1
     assert "stale" in capsys.readouterr().err
-    assert crdgen.main(["--output", str(stale)]) == 0
-    assert crdgen.main(["--check", "--output", str(stale)]) == 0
 
 
 def test_spec_schema_is_the_models_schema_and_structural() -> None:
