@@ -7,6 +7,7 @@ from pathlib import Path
 
 from gpuop_common.config import MetricsExporterConfig
 from gpuop_common.configfile import ConfigFileWatcher
+from gpuop_sim.nodes import set_temperature
 
 
 def gpu_names(scrape) -> set[str]:
@@ -80,3 +81,20 @@ def test_hot_reload_applies_good_edits_and_keeps_the_last_good_one(exporter_for,
     assert scrape.find("gpu_health", gpu_id="0")[0].labels["cluster_name"] == "c1"
     assert not [n for n in scrape.names() if n.startswith("gpuop_gpu_")]
     assert scrape.value("gpuop_exporter_config_valid", cluster_name="c1") == 1.0
+
+
+def test_unhealthy_gpu_is_logged_on_change_not_every_collection(exporter_for, caplog):
+    config = MetricsExporterConfig.model_validate(
+        {"healthThresholds": [{"metric": "gpu_edge_temperature", "max": 80}]}
+    )
+    exporter = exporter_for("amd-mi210x8", config)
+    bdf = exporter.info.pci_addresses[0]
+    with caplog.at_level(logging.INFO, logger="gpuop_metrics_exporter.collector"):
+        for celsius in (85.0, 86.0, 87.0):
+            set_temperature(exporter.root, bdf, celsius, sensor="edge")
+            assert exporter.scrape().value("gpu_health", gpu_id="0") == 0.0
+        set_temperature(exporter.root, bdf, 40.0, sensor="edge")
+        assert exporter.scrape().value("gpu_health", gpu_id="0") == 1.0
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count("GPU unhealthy") == 1
+    assert messages.count("GPU healthy again") == 1

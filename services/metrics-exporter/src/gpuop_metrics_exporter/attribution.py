@@ -25,6 +25,9 @@ GPU_DRA_DRIVERS = ("gpu.amd.com", "gpu.nvidia.com", "gpu.gpuop.dev")
 # Time-sliced/shared replicas are advertised as `<device id>::<n>` (NVIDIA device plugin convention).
 REPLICA_SEPARATOR = "::"
 LIST_TIMEOUT_S = 5.0
+# A channel of its own subchannel: gRPC otherwise shares connections between channels to one target,
+# and a new channel to a re-created socket would inherit the old one's reconnect backoff.
+CHANNEL_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -104,7 +107,7 @@ class PodResourcesWatcher:
             raise ConnectionError(f"pod-resources socket {self.socket_path} does not exist")
         if self._channel is None or identity != self._identity:
             self._close()
-            self._channel = unix_channel(self.socket_path)
+            self._channel = unix_channel(self.socket_path, CHANNEL_OPTIONS)
             self._identity = identity
         return pr.PodResourcesListerStub(self._channel)
 

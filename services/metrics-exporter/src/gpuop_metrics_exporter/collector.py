@@ -128,7 +128,8 @@ class MetricsCollector:
         self._snapshot: Snapshot | None = None
         self._wake = threading.Event()
         self._stopped = threading.Event()
-        self._logged: set[str] = set()
+        self._logged: set[str] = set()  # keys are bounded: GPU x field x kind, vendors, error types
+        self._unhealthy: dict[str, list[str]] = {}
         self._collect_lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -148,13 +149,23 @@ class MetricsCollector:
             self._logged.add(key)
             log.log(level, message, extra=extra)
 
+    def _log_health_changes(self, unhealthy: dict[str, list[str]]) -> None:
+        """One line when a GPU turns unhealthy (or its reasons change) and one when it recovers."""
+        for gpu_id, reasons in sorted(unhealthy.items()):
+            if self._unhealthy.get(gpu_id) != reasons:
+                log.warning("GPU unhealthy", extra={"gpu": gpu_id, "reasons": reasons})
+        for gpu_id in sorted(set(self._unhealthy) - set(unhealthy)):
+            log.info("GPU healthy again", extra={"gpu": gpu_id})
+        self._unhealthy = dict(unhealthy)
+
     def _backends_now(self) -> list[GpuBackend]:
         if self._backends:
             return self._backends
         try:
             self._backends = self._open_backends()
         except Exception as exc:
-            self._log_once(f"open:{exc}", logging.ERROR, "cannot open GPU backends", error=str(exc))
+            key = f"open:{type(exc).__name__}"
+            self._log_once(key, logging.ERROR, "cannot open GPU backends", error=str(exc))
             self._backends = []
         if not self._backends:
             self._log_once("no-gpus", logging.WARNING, "no GPUs found; retrying every interval")
@@ -169,7 +180,11 @@ class MetricsCollector:
         except Exception as exc:
             self.stats.collection_errors[vendor] = self.stats.collection_errors.get(vendor, 0) + 1
             self._log_once(
-                f"read:{vendor}:{exc}", logging.ERROR, "GPU backend failed", vendor=vendor, error=str(exc)
+                f"read:{vendor}:{type(exc).__name__}",
+                logging.ERROR,
+                "GPU backend failed",
+                vendor=vendor,
+                error=str(exc),
             )
             return None
         for tel in reading.telemetry:
@@ -199,14 +214,7 @@ class MetricsCollector:
             result = build_families(
                 readings, pods.assignments if pods else {}, config, self.hostname, self._tables
             )
-            for gpu_id, reasons in sorted(result.unhealthy.items()):
-                self._log_once(
-                    f"unhealthy:{gpu_id}:{reasons}",
-                    logging.WARNING,
-                    "GPU unhealthy",
-                    gpu=gpu_id,
-                    reasons=reasons,
-                )
+            self._log_health_changes(result.unhealthy)
             for label in result.label_conflicts:
                 message = "extraLabels entry would replace an identity label; ignored"
                 self._log_once(f"conflict:{label}", logging.WARNING, message, label=label)

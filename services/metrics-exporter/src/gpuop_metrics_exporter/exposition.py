@@ -102,18 +102,19 @@ def allowed(name: str, config: MetricsExporterConfig) -> bool:
 
 
 def threshold_violations(samples: Iterable[tuple[str, float]], config: MetricsExporterConfig) -> list[str]:
-    """Threshold breaches among one GPU's samples (name, value), as readable messages."""
+    """Thresholds one GPU's samples (name, value) cross, as stable messages (no values, so that a
+    GPU that stays over a limit is the same state from one collection to the next)."""
     limits = {t.metric: t for t in config.health_thresholds}
-    found = []
+    found: set[str] = set()
     for name, value in samples:
         limit = limits.get(name)
         if limit is None:
             continue
         if limit.max is not None and value > limit.max:
-            found.append(f"{name}={value:g} above {limit.max:g}")
+            found.add(f"{name} above {limit.max:g}")
         elif limit.min is not None and value < limit.min:
-            found.append(f"{name}={value:g} below {limit.min:g}")
-    return found
+            found.add(f"{name} below {limit.min:g}")
+    return sorted(found)
 
 
 @dataclass
