@@ -47,7 +47,12 @@ def test_member_is_its_own_distribution(member: Path) -> None:
 @pytest.mark.parametrize("service", SERVICES, ids=lambda p: p.name)
 def test_service_has_dockerfile_chart_contracts_and_tox_env(service: Path) -> None:
     dockerfile = (service / "Dockerfile").read_text()
-    copied = re.findall(r"^COPY\s+(?:--\S+\s+)*(\S+)", dockerfile, flags=re.MULTILINE)
+    # Files taken from the build context (COPY --from=<stage> copies between stages, not from it).
+    copied = [
+        m.group(2)
+        for m in re.finditer(r"^COPY\s+((?:--\S+\s+)*)(\S+)", dockerfile, flags=re.MULTILINE)
+        if "--from=" not in m.group(1)
+    ]
     allowed = ("pyproject.toml", "uv.lock", "libs/", f"services/{service.name}/")
     assert all(src.startswith(allowed) for src in copied), f"{service.name} Dockerfile copies {copied}"
     assert (ROOT / "charts" / service.name / "Chart.yaml").is_file()
