@@ -1,0 +1,146 @@
+"""End to end: the umbrella chart rendered by the real helm, applied by the real kubectl to a simulated
+cluster whose pods are real processes (operator and every operand), rolls out to Ready.
+
+What a user would check after `helm install`: each GPU node carries the deploy labels in order and
+ends `ready`, the operands' labels and allocatable GPUs appear, the operand ConfigMaps hold the
+DeviceConfig settings, the DeviceConfigs report Ready, and each node's exporter serves /metrics.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from gpuop_sim import helm
+from gpuop_sim.binaries import find_binary
+from gpuop_sim.cluster import SimCluster
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, NODES, PODS, Resource
+
+ROOT = Path(__file__).resolve().parents[1]
+UMBRELLA = ROOT / "charts" / "gpu-operator"
+NAMESPACE = "gpu-operator"
+DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
+CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False)
+SERVICES = ("device-plugin", "node-labeller", "metrics-exporter")
+GPU_RESOURCE = {"amd": "amd.com/gpu", "nvidia": "nvidia.com/gpu"}
+
+
+def kubectl(cluster: SimCluster, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(find_binary("kubectl")), "--kubeconfig", str(cluster.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def install(cluster: SimCluster, values: list[str]) -> list[dict[str, Any]]:
+    """`helm install` as kubectl can do it: CRDs first, then every non-hook object."""
+    helm.dependency_build(UMBRELLA)
+    manifests = helm.template(UMBRELLA, namespace=NAMESPACE, values=values)
+    install_time = [m for m in manifests if "helm.sh/hook" not in (m["metadata"].get("annotations") or {})]
+    crds = [m for m in install_time if m["kind"] == "CustomResourceDefinition"]
+    rest = [m for m in install_time if m["kind"] != "CustomResourceDefinition"]
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    kubectl(cluster, "apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump(namespace))
+    kubectl(cluster, "apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(crds))
+    kubectl(cluster, "wait", "--for=condition=Established", "crd/deviceconfigs.gpuop.dev", "--timeout=30s")
+    kubectl(cluster, "apply", "--validate=false", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump_all(rest))
+    return install_time
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    with SimCluster(amd_nodes=2, nvidia_nodes=1, cpu_nodes=1) as sim:
+        install(sim, [])
+        yield sim
+
+
+def condition(dc: dict[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (dc.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def all_ready(cluster: SimCluster) -> bool:
+    dcs, _ = cluster.api().list(DEVICECONFIGS, NAMESPACE)
+    return len(dcs) == 2 and all(condition(dc, "Ready").get("status") == "True" for dc in dcs)
+
+
+@pytest.mark.slow
+def test_umbrella_chart_rolls_every_gpu_node_out_to_ready(cluster: SimCluster) -> None:
+    try:
+        cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready")
+    except Exception:
+        pods, _ = cluster.api().list(PODS, NAMESPACE)
+        for pod in pods:
+            for container in pod["spec"]["containers"]:
+                try:
+                    print(
+                        pod["metadata"]["name"],
+                        cluster.pod_log(NAMESPACE, pod["metadata"]["name"], container["name"])[-1500:],
+                    )
+                except FileNotFoundError:
+                    print(pod["metadata"]["name"], pod.get("status"))
+        raise
+    api = cluster.api()
+    for node in cluster.nodes:
+        obj = api.get(NODES, node.name)
+        labels, annotations = obj["metadata"]["labels"], obj["metadata"].get("annotations") or {}
+        deploy = {k: v for k, v in labels.items() if k.startswith("gpuop.dev/deploy.")}
+        if node.vendor == "cpu":
+            assert deploy == {} and "gpuop.dev/stage" not in annotations, node.name
+            continue
+        assert deploy == {f"gpuop.dev/deploy.{s}": "true" for s in SERVICES}, node.name
+        assert annotations["gpuop.dev/stage"] == "ready"
+        assert annotations["gpuop.dev/deviceconfig"] == f"{NAMESPACE}/{node.vendor}"
+        allocatable = obj["status"]["allocatable"]
+        assert int(allocatable.get(GPU_RESOURCE[node.vendor], "0")) > 0, (node.name, allocatable)
+        # The node labeller ran: vendor-compatible labels are on the node.
+        assert any(k.startswith(("amd.com/", "nvidia.com/")) for k in labels), node.name
+
+    for name in ("amd", "nvidia"):
+        dc = api.get(DEVICECONFIGS, name, NAMESPACE)
+        status = dc["status"]
+        gpu_nodes = [n for n in cluster.nodes if n.vendor == name]
+        assert status["selectedNodes"] == status["readyNodes"] == len(gpu_nodes)
+        assert status["operands"]["devicePlugin"] == {"desired": len(gpu_nodes), "ready": len(gpu_nodes)}
+        assert condition(dc, "Degraded")["status"] == "False"
+        assert status["observedGeneration"] == dc["metadata"]["generation"]
+
+    for service in SERVICES:
+        data = api.get(CONFIGMAPS, f"gpuop-{service}-config", NAMESPACE)["data"]
+        assert {f"{NAMESPACE}.amd.yaml", f"{NAMESPACE}.nvidia.yaml", "config.yaml"} <= set(data)
+        yaml.safe_load(data["config.yaml"])
+
+    exporters, _ = api.list(PODS, NAMESPACE, labelSelector="app.kubernetes.io/name=metrics-exporter")
+    assert len(exporters) == 3
+    for pod in exporters:
+        port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+        url = f"http://{pod['status']['podIP']}:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200
+            assert b"# TYPE" in response.read()
+
+
+@pytest.mark.slow
+def test_kubectl_shows_printer_columns_and_the_operator_metrics(cluster: SimCluster) -> None:
+    cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready")
+    table = kubectl(cluster, "-n", NAMESPACE, "get", "gpudc")
+    assert "READY-NODES" in table and "amd" in table and "nvidia" in table
+    (operator,) = cluster.api().list(PODS, NAMESPACE, labelSelector="app.kubernetes.io/name=operator")[0]
+    url = f"http://{operator['status']['podIP']}:8080/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    assert 'gpuop_operator_nodes{deviceconfig="gpu-operator/amd",stage="ready"} 2.0' in text
+    assert "gpuop_operator_leader 1.0" in text
