@@ -647,3 +647,22 @@ def test_deleting_a_crd_deletes_its_objects_for_watchers(
     rest = [(e["type"], e["object"]["metadata"]["name"]) for e in stream]
     assert rest == [("DELETED", "gone")]
     assert time.monotonic() - began < 5  # the watch ended with the resource, not at its timeout
+
+
+def test_scale_subresource(apps: client.AppsV1Api) -> None:
+    body = {
+        "metadata": {"name": "op"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "op"}},
+            "template": {
+                "metadata": {"labels": {"app": "op"}},
+                "spec": {"containers": [{"name": "c", "image": "x:1"}]},
+            },
+        },
+    }
+    apps.create_namespaced_deployment("default", body)
+    scale = apps.read_namespaced_deployment_scale("op", "default")
+    assert scale.spec.replicas == 1 and scale.status.selector == "app=op"
+    apps.patch_namespaced_deployment_scale("op", "default", {"spec": {"replicas": 3}})
+    deployment = apps.read_namespaced_deployment("op", "default")
+    assert deployment.spec.replicas == 3 and deployment.metadata.generation == 2

@@ -9,14 +9,21 @@ from typing import Any
 
 from aiohttp import web
 
-from gpuop_sim.apiserver import discovery, errors, ssa, tables
+from gpuop_sim.apiserver import discovery, errors, patches, ssa, tables
 from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
 from gpuop_sim.apiserver.decode import decode_body, field_validation
 from gpuop_sim.apiserver.errors import ApiError, cause
 from gpuop_sim.apiserver.faults import Faults, RequestRecord, RequestStats, reason_for
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.store import dumps
-from gpuop_sim.apiserver.subresources import bind_pod, evict_pod, finalize_namespace
+from gpuop_sim.apiserver.subresources import (
+    bind_pod,
+    evict_pod,
+    finalize_namespace,
+    get_scale,
+    scale_of,
+    write_scale,
+)
 from gpuop_sim.apiserver.watch import WatchHub
 
 log = logging.getLogger(__name__)
@@ -28,6 +35,10 @@ PATCH_TYPES = {
     "application/apply-patch+yaml": "apply",
     "application/apply-patch+cbor": "apply",
 }
+
+
+# Subresources with behaviour here; the others in discovery (log, exec, proxy...) answer 405.
+SERVED_SUBRESOURCES = frozenset({"", "status", "scale", "binding", "eviction", "finalize"})
 
 
 @dataclass
@@ -172,6 +183,15 @@ class Router:
             return raw_response(
                 200, _list_bytes(rt, [s.list_item if rt.custom is None else s.raw for s in items], meta)
             )
+        if t.subresource not in SERVED_SUBRESOURCES:
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                f"{rt.plural}/{t.subresource} is not served by the simulated API server",
+                {},
+            )
+        if verb == "get" and t.subresource == "scale":
+            return result_response(get_scale(core, rt, ns or "", t.name))
         if verb == "get":
             stored = core.get(rt, ns or "", t.name)
             if tables.wants_table(request.headers.get("Accept", "")):
@@ -206,6 +226,8 @@ class Router:
             raise errors.method_not_allowed()
         opts_kind = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}[verb]
         opts = WriteOptions(dry_run, field_validation(query, opts_kind), manager)
+        if t.subresource == "scale":
+            return result_response(self._write_scale(t, verb, raw, ctype, opts))
         if verb == "patch":
             ptype = PATCH_TYPES.get(ctype.split(";")[0].strip().lower())
             if ptype is None:
@@ -255,6 +277,28 @@ class Router:
         return result_response(
             core.update(rt, ns or "", t.name, decoded.value, opts, subresource=t.subresource)
         )
+
+    def _write_scale(self, t: Target, verb: str, raw: bytes, ctype: str, opts: WriteOptions) -> Result:
+        """PUT or PATCH (merge/JSON/strategic) of a Scale subresource."""
+        ns = t.namespace or ""
+        if verb == "update":
+            return write_scale(self.core, t.rt, ns, t.name, decode_body(raw, ctype, "Scale").value, opts=opts)
+        ptype = PATCH_TYPES.get(ctype.split(";", maxsplit=1)[0].strip().lower())
+        if ptype not in ("merge", "strategic", "json"):
+            raise errors.unsupported_media("415: Unsupported Media Type", {})
+        scale = scale_of(self.core.get(t.rt, ns, t.name).obj)
+        body = decode_body(raw, "application/json", "Scale").value
+        patched: Any = None
+        try:
+            if ptype == "json":
+                patched = patches.json_patch(scale, body)
+            elif isinstance(body, dict):
+                patched = patches.merge_patch(scale, body)
+        except patches.PatchError as exc:
+            raise ApiError(
+                422, "Invalid", "the server rejected our request due to an error in our request", {}
+            ) from exc
+        return write_scale(self.core, t.rt, ns, t.name, patched, opts=opts)
 
     async def _wait_for_rv(self, rv: int) -> None:
         """A list at a future rv waits briefly (NotOlderThan), then times out like the real server."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuop_sim.apiserver import errors
-from gpuop_sim.apiserver.core import ApiCore, Result
+from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
 from gpuop_sim.apiserver.errors import ApiError
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.selectors import Requirement, labels_match
@@ -111,3 +111,46 @@ def finalize_namespace(core: ApiCore, name: str, body: Any) -> Result:
     meta["resourceVersion"] = str(core.store.next_rv())
     stored = core.store.put(namespaces.key, obj, created=False)
     return Result(200, stored.raw)
+
+
+def _selector_string(obj: JsonObj) -> str:
+    match = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+
+
+def scale_of(obj: JsonObj) -> JsonObj:
+    """The autoscaling/v1 Scale view of a Deployment, ReplicaSet or StatefulSet."""
+    meta = obj["metadata"]
+    keep = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {k: meta[k] for k in keep if k in meta},
+        "spec": {"replicas": int((obj.get("spec") or {}).get("replicas", 0))},
+        "status": {
+            "replicas": int((obj.get("status") or {}).get("replicas", 0)),
+            "selector": _selector_string(obj),
+        },
+    }
+
+
+def get_scale(core: ApiCore, rt: ResourceType, ns: str, name: str) -> Result:
+    return Result(200, scale_of(core.get(rt, ns, name).obj))
+
+
+def write_scale(
+    core: ApiCore, rt: ResourceType, ns: str, name: str, scale: Any, *, opts: WriteOptions
+) -> Result:
+    """PUT (or a patched) Scale: only spec.replicas reaches the object; a stale rv is a 409."""
+    current = core.get(rt, ns, name)
+    if not isinstance(scale, dict) or not isinstance((scale.get("spec") or {}).get("replicas", 0), int):
+        raise errors.bad_request(
+            'Scale in version "v1" cannot be handled as a Scale: spec.replicas must be an integer'
+        )
+    wanted_rv = (scale.get("metadata") or {}).get("resourceVersion")
+    if wanted_rv and wanted_rv != current.obj["metadata"]["resourceVersion"]:
+        raise errors.conflict(rt, name)
+    obj = current.copy()
+    obj.setdefault("spec", {})["replicas"] = int((scale.get("spec") or {}).get("replicas", 0))
+    core.update(rt, ns, name, obj, opts)
+    return Result(200, scale_of(core.get(rt, ns, name).obj))
