@@ -98,3 +98,17 @@ def test_unhealthy_gpu_is_logged_on_change_not_every_collection(exporter_for, ca
     messages = [r.getMessage() for r in caplog.records]
     assert messages.count("GPU unhealthy") == 1
     assert messages.count("GPU healthy again") == 1
+
+
+def test_threshold_applies_to_a_denied_metric(exporter_for):
+    config = MetricsExporterConfig.model_validate(
+        {
+            "fieldsDeny": ["DCGM_FI_DEV_GPU_TEMP"],
+            "healthThresholds": [{"metric": "DCGM_FI_DEV_GPU_TEMP", "max": 39.5}],
+        }
+    )
+    scrape = exporter_for("nvidia-h100x8", config).scrape()
+    assert scrape.named("DCGM_FI_DEV_GPU_TEMP") == []
+    # GPU temperature is 33 C + index: GPUs 7 (40 C) is over the limit, GPU 6 (39 C) is not.
+    assert scrape.value("gpuop_gpu_health", gpu="7") == 0.0
+    assert scrape.value("gpuop_gpu_health", gpu="6") == 1.0

@@ -142,6 +142,41 @@ def _sets_for(
     return [tables[name] for name in enabled if name in tables and applies(name, vendor)]
 
 
+def _add_series(
+    out: FamilySet,
+    table: NamingTable,
+    labels: LabelDict,
+    values: Readings,
+    *,
+    config: MetricsExporterConfig,
+    seen: list[tuple[str, float]],
+) -> None:
+    """One entity's readings in one naming set; `seen` gets every value, filtered or not, so a
+    threshold also applies to a metric the allow/deny lists keep out of the exposition."""
+    for key, value in values.items():
+        for spec in table.resolve(key):
+            scaled = value * spec.scale
+            seen.append((spec.name, scaled))
+            if allowed(spec.name, config):
+                sample = {**labels, **dict(spec.labels)} if spec.labels else labels
+                out.add(table.families[spec.name], sample, scaled)
+
+
+def _gpu_problems(
+    reading: BackendReading,
+    health: Mapping[str, GpuHealth],
+    seen: Mapping[str, list[tuple[str, float]]],
+    config: MetricsExporterConfig,
+) -> dict[str, list[str]]:
+    problems: dict[str, list[str]] = {}
+    for gpu in reading.devices:
+        reasons = [r.message for r in health.get(gpu.id, GpuHealth(gpu.id)).reasons]
+        reasons += threshold_violations(seen.get(gpu.id, ()), config)
+        if reasons:
+            problems[gpu.id] = reasons
+    return problems
+
+
 def build_families(
     readings: Iterable[BackendReading],
     assignments: Assignments,
@@ -157,10 +192,9 @@ def build_families(
         index = _telemetry_index(reading)
         health = {h.gpu_id: h for h in reading.health}
         sets = _sets_for(reading.vendor, tables, config.naming_sets)
-        entities = entities_for(reading.devices)
-        pending: list[tuple[Entity, NamingTable, LabelDict]] = []
-        per_gpu_samples: dict[str, list[tuple[str, float]]] = {}
-        for entity in entities:
+        labelled: list[tuple[Entity, NamingTable, LabelDict]] = []
+        seen: dict[str, list[tuple[str, float]]] = {}
+        for entity in entities_for(reading.devices):
             amd_count += reading.vendor == Vendor.AMD
             values = entity_readings(entity, _telemetry_of(entity, index), health.get(entity.gpu.id))
             holders = holders_of(entity.device_ids, assignments)
@@ -168,30 +202,20 @@ def build_families(
                 identity = entity_labels(entity, table.name, hostname)
                 for pods in pod_label_sets(holders):
                     labels = {**identity, **pods, **extra}
-                    pending.append((entity, table, labels))
-                    for key, value in values.items():
-                        for spec in table.resolve(key):
-                            if not allowed(spec.name, config):
-                                continue
-                            sample = {**labels, **dict(spec.labels)} if spec.labels else labels
-                            out.add(table.families[spec.name], sample, value * spec.scale)
-                            per_gpu_samples.setdefault(entity.gpu.id, []).append(
-                                (spec.name, value * spec.scale)
-                            )
-        for gpu in reading.devices:
-            reasons = [r.message for r in health.get(gpu.id, GpuHealth(gpu.id)).reasons]
-            reasons += threshold_violations(per_gpu_samples.get(gpu.id, ()), config)
-            if reasons:
-                unhealthy[gpu.id] = reasons
-        for entity, table, labels in pending:
-            own = health_reasons(entity, health.get(entity.gpu.id))
-            healthy = not own and entity.gpu.id not in unhealthy
+                    labelled.append((entity, table, labels))
+                    _add_series(
+                        out, table, labels, values, config=config, seen=seen.setdefault(entity.gpu.id, [])
+                    )
+        problems = _gpu_problems(reading, health, seen, config)
+        unhealthy.update(problems)
+        # Health last: a threshold crossed by any series of a GPU makes all of its entities unhealthy.
+        for entity, table, labels in labelled:
+            healthy = not health_reasons(entity, health.get(entity.gpu.id)) and entity.gpu.id not in problems
             for spec in table.resolve("health"):
                 if allowed(spec.name, config):
                     out.add(table.families[spec.name], labels, 1.0 if healthy else 0.0)
     if amd_count and "amd" in config.naming_sets and allowed(AMD_NODE_FAMILY.name, config):
-        node_labels = {"hostname": hostname, **extra}
-        out.add(AMD_NODE_FAMILY, node_labels, float(amd_count))
+        out.add(AMD_NODE_FAMILY, {"hostname": hostname, **extra}, float(amd_count))
     return BuildResult(out, unhealthy, dropped)
 
 
