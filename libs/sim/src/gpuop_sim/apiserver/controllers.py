@@ -21,6 +21,7 @@ from gpuop_sim.apiserver.store import Event
 log = logging.getLogger(__name__)
 JsonObj = dict[str, Any]
 ALL_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "root-ca-cert-publisher")
+NAMESPACE_CLEANUP_DELAY_S = 0.2
 ROOT_CA = "-----BEGIN CERTIFICATE-----\nMIIBsimulatedgpuopca\n-----END CERTIFICATE-----\n"
 
 
@@ -58,7 +59,9 @@ class Controllers:
             if ev.type == "ADDED" and "serviceaccount" in self.enabled:
                 self.loop.call_soon(self._ensure_namespace_defaults, meta["name"])
             if ev.type != "DELETED" and "deletionTimestamp" in meta and "namespace" in self.enabled:
-                self.loop.call_soon(self._empty_namespace, meta["name"])
+                # Like kube-controller-manager, start a moment later: a client deleting a whole
+                # manifest (namespace first) still finds the namespace's objects to delete.
+                self.loop.call_later(NAMESPACE_CLEANUP_DELAY_S, self._empty_namespace, meta["name"])
         if "garbagecollector" in self.enabled:
             if ev.type == "DELETED":
                 self.loop.call_soon(self._collect, meta.get("uid", ""), "Background")
