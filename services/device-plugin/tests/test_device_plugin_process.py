@@ -125,3 +125,13 @@ def test_bad_flag_exits_2_naming_it(gpu_node_root: MakeRoot, start_process: Call
     plugin = start_process(gpu_node_root("amd-single"), None, "--health-interval=abc")
     assert plugin.proc.wait(timeout=20) == 2
     wait_until(lambda: any("--health-interval" in line for line in plugin.lines), timeout=5)
+
+
+def test_once_registers_and_exits_zero(
+    gpu_node_root: MakeRoot, start_process: Callable[..., Plugin], kubelet_emulator: KubeletEmulator
+) -> None:
+    plugin = start_process(gpu_node_root("nvidia-h100x8"), None, "--once")
+    assert plugin.proc.wait(timeout=30) == 0
+    # It registered (the kubelet knows the resource) and removed its socket on the way out.
+    assert "nvidia.com/gpu" in kubelet_emulator.capacity()
+    assert not (Path(kubelet_emulator.socket_dir) / "nvidia-gpu.sock").exists()
