@@ -109,6 +109,6 @@ def test_threshold_applies_to_a_denied_metric(exporter_for):
     )
     scrape = exporter_for("nvidia-h100x8", config).scrape()
     assert scrape.named("DCGM_FI_DEV_GPU_TEMP") == []
-    # GPU temperature is 33 C + index: GPUs 7 (40 C) is over the limit, GPU 6 (39 C) is not.
+    # GPU temperature is 33 C + index: GPU 7 (40 C) is over the limit, GPU 6 (39 C) is not.
     assert scrape.value("gpuop_gpu_health", gpu="7") == 0.0
     assert scrape.value("gpuop_gpu_health", gpu="6") == 1.0
