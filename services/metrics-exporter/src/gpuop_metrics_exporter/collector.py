@@ -114,6 +114,7 @@ class MetricsCollector:
         config: MetricsExporterConfig,
         pods: PodResourcesWatcher | None = None,
         config_error: Callable[[], str | None] = lambda: None,
+        interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._open_backends = open_backends
@@ -122,6 +123,7 @@ class MetricsCollector:
         self._config = config
         self._pods = pods
         self.config_error = config_error
+        self.interval = interval  # overrides the config's collectionIntervalSeconds when set
         self._clock = clock
         self._tables: dict[NamingSet, NamingTable] = tables()
         self.stats = CollectorStats()
@@ -237,7 +239,7 @@ class MetricsCollector:
                 self.collect_once()
             except Exception:
                 log.exception("collection failed; serving the previous snapshot")
-            self._wake.wait(self._config.collection_interval_seconds)
+            self._wake.wait(self.interval or self._config.collection_interval_seconds)
             self._wake.clear()
 
     def start_in_thread(self) -> threading.Thread:

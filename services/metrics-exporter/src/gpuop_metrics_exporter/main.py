@@ -47,6 +47,7 @@ def build_collector(settings: ExporterSettings, config: MetricsExporterConfig) -
         hostname=settings.node_name or socket.gethostname(),
         config=config,
         pods=PodResourcesWatcher(settings.pod_resources_socket),
+        interval=settings.interval_override,
     )
 
 

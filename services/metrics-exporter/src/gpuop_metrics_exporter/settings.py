@@ -25,6 +25,18 @@ class ExporterSettings(AgentSettings):
         description="The metricsExporter ConfigMap file (MetricsExporterConfig), hot-reloaded.",
     )
     config_poll_interval: float = Field(5.0, gt=0, description="Seconds between checks of --config-file.")
+    interval: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="Seconds between collections; default: the config file's collectionIntervalSeconds.",
+    )
+
+    @property
+    def interval_override(self) -> float | None:
+        """--interval when it was given (flag, env or settings file), else None."""
+        return self.interval if "interval" in self.model_fields_set else None
+
     vendor: Literal["auto", "amd", "nvidia"] = Field(
         "auto", description="GPU vendor to read; auto opens every vendor found under --host-root."
     )
