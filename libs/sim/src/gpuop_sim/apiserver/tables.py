@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpuop_sim.apiserver.crd import column_value
+from gpuop_sim.apiserver.printers import PRINTERS
 from gpuop_sim.apiserver.resources import ResourceType
 
 JsonObj = dict[str, Any]
@@ -41,7 +43,7 @@ def _partial(obj: JsonObj) -> JsonObj:
 
 def table(rt: ResourceType, objects: list[JsonObj], list_meta: JsonObj) -> JsonObj:
     columns: list[JsonObj] = [NAME_COLUMN]
-    paths: list[str] = []
+    cells: list[Callable[[JsonObj], Any]] = []
     if rt.custom is not None and rt.custom.printer_columns:
         for col in rt.custom.printer_columns:
             columns.append(
@@ -54,18 +56,20 @@ def table(rt: ResourceType, objects: list[JsonObj], list_meta: JsonObj) -> JsonO
                     "priority": col.get("priority", 0),
                 }
             )
-            paths.append(col["jsonPath"])
+            cells.append(_json_path_cell(col["jsonPath"], col.get("type", "string")))
     else:
-        columns.append(AGE_COLUMN)
-        paths.append(".metadata.creationTimestamp")
+        printer = list(PRINTERS.get(rt.kind, [])) if rt.custom is None else []
+        if not any(fn is None for _, _, fn in printer):
+            printer.append(("Age", "date", None))
+        for name, typ, fn in printer:
+            if fn is None:
+                columns.append(AGE_COLUMN)
+                cells.append(_json_path_cell(".metadata.creationTimestamp", "date"))
+            else:
+                columns.append({"name": name, "type": typ, "format": "", "description": name, "priority": 0})
+                cells.append(fn)
     rows = [
-        {
-            "cells": [
-                obj["metadata"]["name"],
-                *(_cell(obj, p, c) for p, c in zip(paths, columns[1:], strict=True)),
-            ],
-            "object": _partial(obj),
-        }
+        {"cells": [obj["metadata"]["name"], *(cell(obj) for cell in cells)], "object": _partial(obj)}
         for obj in objects
     ]
     return {
@@ -77,11 +81,12 @@ def table(rt: ResourceType, objects: list[JsonObj], list_meta: JsonObj) -> JsonO
     }
 
 
-def _cell(obj: JsonObj, path: str, column: JsonObj) -> Any:
-    value = column_value(obj, path)
-    if column["type"] == "date" and isinstance(value, str):
-        return _age(value)
-    return value
+def _json_path_cell(path: str, typ: str) -> Callable[[JsonObj], Any]:
+    def cell(obj: JsonObj) -> Any:
+        value = column_value(obj, path)
+        return _age(value) if typ == "date" and isinstance(value, str) else value
+
+    return cell
 
 
 def _age(timestamp: str) -> str:
