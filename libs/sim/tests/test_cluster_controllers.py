@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from gpuop_sim.cluster import SimCluster
+from gpuop_sim.workloads.daemonset import daemon_pod_name
 from gpuop_sim.workloads.kubeapi import DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, KubeRest
 
 NS = "default"
@@ -282,3 +283,22 @@ def test_controllers_recover_from_failed_writes_dropped_watches_and_compaction(
     api.create(DAEMONSETS, daemonset("resilient"), NS)
     wait_pods_on(cluster, "resilient", {n.name for n in cluster.nodes})
     cluster.wait_for_daemonset_ready("resilient", NS)
+
+
+def test_daemon_pod_name_taken_by_another_pod_still_gets_a_daemon_pod(
+    cluster: SimCluster, api: KubeRest
+) -> None:
+    squatter = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": daemon_pod_name("clash", "amd-0"),
+            "namespace": NS,
+            "labels": {"app": "squatter"},
+        },
+        "spec": {"nodeName": "cpu-0", "containers": [{"name": "c", "image": "test/x:1"}]},
+    }
+    api.create(PODS, squatter, NS)
+    api.create(DAEMONSETS, daemonset("clash", {AMD: "true"}), NS)
+    pods = wait_pods_on(cluster, "clash", nodes_with(cluster, "amd-"))
+    assert pods["amd-0"]["metadata"]["name"].startswith("clash-")

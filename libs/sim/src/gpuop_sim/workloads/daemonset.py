@@ -41,9 +41,12 @@ class DaemonSetPlan:
 
 
 def daemon_pod_name(ds_name: str, node_name: str) -> str:
-    """Deterministic per-node name: a repeated create is a harmless 409, never a second pod."""
-    suffix = hashlib.sha256(node_name.encode()).hexdigest()[:5]
-    return f"{ds_name}-{suffix}"[:63]
+    """Deterministic per-node name: a repeated create is a harmless 409, never a second pod.
+
+    (A clash with another node's name is resolved by the controller with a generated name.)
+    """
+    suffix = hashlib.sha256(node_name.encode()).hexdigest()[:10]
+    return f"{ds_name[:52]}-{suffix}"
 
 
 def build_daemon_pod(ds: Obj, node_name: str) -> Obj:

@@ -32,6 +32,7 @@ from gpuop_sim.workloads.kubeapi import (
 )
 from gpuop_sim.workloads.objects import (
     Obj,
+    controller_uid,
     is_deleting,
     key_of,
     meta,
@@ -177,9 +178,31 @@ class ControllerManager:
         for pod in plan.delete:
             self._delete(PODS, pod)
         for node_name in plan.create_on:
-            self._create(PODS, build_daemon_pod(ds, node_name), "pods")
+            self._create_daemon_pod(ds, node_name)
         if status_changed(ds, plan.status):
             self._patch_status(DAEMONSETS, ds, plan.status)
+
+    def _create_daemon_pod(self, ds: Obj, node_name: str) -> None:
+        pod = build_daemon_pod(ds, node_name)
+        try:
+            created = self.rest.create(PODS, pod, namespace_of(ds))
+        except Exception as error:
+            if not is_status(error, 409):
+                raise
+            existing = self.rest.get(PODS, name_of(pod), namespace_of(ds))
+            if (
+                controller_uid(existing) == meta(ds).get("uid")
+                and spec_of(existing).get("nodeName") == node_name
+            ):
+                created = existing  # ours, the cache had not seen it yet
+            else:
+                # Another pod holds the name (two node names share a hash prefix): let the server pick.
+                meta(pod).pop("name")
+                meta(pod)["generateName"] = f"{name_of(ds)[:57]}-"
+                created = self.rest.create(PODS, pod, namespace_of(ds))
+        created.setdefault("kind", "Pod")
+        created.setdefault("apiVersion", "v1")
+        self.informers["pods"].upsert(created)
 
     def _reconcile_deployment(self, key: str) -> None:
         deployment = self.informers["deployments"].get(key)
