@@ -197,3 +197,6 @@ def test_label_cordon_and_server_side_apply(
     )
     assert out.stdout == "true"
     assert sim_apiserver.stats().get(("patch", "nodes"), 0) >= 3
+    header, row = kubectl("get", "nodes").stdout.splitlines()
+    assert header.split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert row.split()[:3] == ["gpu-1", "Unknown,SchedulingDisabled", "<none>"]
