@@ -69,7 +69,7 @@ def test_standalone_render_validates_and_selects_gpu_nodes(kube_version: str) ->
 
 
 def test_operator_managed_render_selects_the_deploy_label() -> None:
-    docs = helm.template(CHART, values=["operatorManaged=true"])
+    docs = helm.template(CHART, values=["operatorManaged=true", "enabled=true"])
     pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpuop.dev/deploy.metrics-exporter": "true"}
     assert "affinity" not in pod
