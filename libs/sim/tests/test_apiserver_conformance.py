@@ -666,3 +666,25 @@ def test_scale_subresource(apps: client.AppsV1Api) -> None:
     apps.patch_namespaced_deployment_scale("op", "default", {"spec": {"replicas": 3}})
     deployment = apps.read_namespaced_deployment("op", "default")
     assert deployment.spec.replicas == 3 and deployment.metadata.generation == 2
+
+
+def test_apply_conflicts_with_an_update_manager(core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map("default", {"metadata": {"name": "owned"}, "data": {"a": "1"}})
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned"}, "data": {"a": "2"}}
+    with pytest.raises(ApiException) as info:
+        core.patch_namespaced_config_map(
+            "owned", "default", body, field_manager="op", _content_type="application/apply-patch+yaml"
+        )
+    assert info.value.status == 409
+    status = json.loads(info.value.body)
+    assert (
+        status["message"]
+        == 'Apply failed with 1 conflict: conflict with "OpenAPI-Generator" using v1: .data.a'
+    )
+    assert status["details"]["causes"] == [
+        {
+            "reason": "FieldManagerConflict",
+            "message": 'conflict with "OpenAPI-Generator" using v1',
+            "field": ".data.a",
+        }
+    ]

@@ -120,9 +120,13 @@ def apply(
         if other[0] == manager:
             continue
         owned = from_fields_v1(e.get("fieldsV1") or {})
+        # An Update manager is named with the API version it wrote through, as the real server does.
+        who = f'"{other[0]}"' + (
+            f" using {e.get('apiVersion', rt.api_version)}" if other[1] == "Update" else ""
+        )
         for p in sorted(applied & owned):
             if p[-1] != "." and managed.value_at(live, p) != managed.value_at(config, p):
-                conflicts.setdefault(other[0], []).append(p)
+                conflicts.setdefault(who, []).append(p)
     if conflicts and not force:
         raise _conflict_error(conflicts)
     previous = next(
@@ -163,16 +167,16 @@ def apply(
 def _conflict_error(conflicts: dict[str, list[Path]]) -> ApiError:
     total = sum(len(v) for v in conflicts.values())
     causes = [
-        {"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": managed.render(p)}
+        {"reason": "FieldManagerConflict", "message": f"conflict with {m}", "field": managed.render(p)}
         for m, paths in conflicts.items()
         for p in paths
     ]
     if total == 1:
         ((m, paths),) = conflicts.items()
-        message = f'Apply failed with 1 conflict: conflict with "{m}": {managed.render(paths[0])}'
+        message = f"Apply failed with 1 conflict: conflict with {m}: {managed.render(paths[0])}"
     else:
         blocks = [
-            f'conflicts with "{m}":\n' + "\n".join(f"- {managed.render(p)}" for p in paths)
+            f"conflicts with {m}:\n" + "\n".join(f"- {managed.render(p)}" for p in paths)
             for m, paths in conflicts.items()
         ]
         message = f"Apply failed with {total} conflicts: " + "\n".join(blocks)
