@@ -6,9 +6,9 @@ and units exactly (design/reference/amd-anchor.md section 6, nvidia-anchor.md se
 dashboards keep working; the neutral set follows Prometheus conventions (base units in the name,
 `_total` on counters).
 
-Vendor names that do not end in `_total` are exported as gauges, as both vendor exporters' text
-output allows only with that suffix for counters in the Prometheus client; rate() works on them
-all the same.
+Vendor names that do not end in `_total` are typed gauge even where the value counts up (energy,
+replays, ECC per block): a counter's samples must end in `_total`, and keeping the vendor's exact
+name matters more to dashboards than the TYPE line. rate() works on them all the same.
 """
 
 from __future__ import annotations
