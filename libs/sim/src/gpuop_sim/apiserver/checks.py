@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from gpuop_sim.apiserver import admission, crd, errors, kinds, validation
+from gpuop_sim.apiserver import admission, crd, errors, kinds, pods, validation
 from gpuop_sim.apiserver.base import WriteOptions
 from gpuop_sim.apiserver.errors import ApiError, cause
 from gpuop_sim.apiserver.resources import ResourceType
@@ -166,7 +166,7 @@ def validate_object(rt: ResourceType, obj: JsonObj, *, update: bool) -> None:
 
 def kind_validation(rt: ResourceType, obj: JsonObj) -> list[JsonObj]:
     if rt.kind == "Pod":
-        return admission.validate_pod_spec(obj.get("spec") or {})
+        return pods.validate_pod_spec(obj.get("spec") or {})
     if rt.kind == "Node":
         return admission.validate_node(obj)
     if rt.kind == "Event" and rt.group == "":
@@ -174,7 +174,7 @@ def kind_validation(rt: ResourceType, obj: JsonObj) -> list[JsonObj]:
     if rt.kind == "Event" and rt.group == "events.k8s.io":
         return admission.validate_events_v1(obj)
     if rt.kind in ("DaemonSet", "Deployment", "ReplicaSet", "StatefulSet", "Job"):
-        return admission.validate_pod_spec(
+        return pods.validate_pod_spec(
             ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}, "spec.template.spec"
         )
     if rt.kind == "CustomResourceDefinition":

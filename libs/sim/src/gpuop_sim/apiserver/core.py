@@ -11,7 +11,7 @@ import json
 import uuid
 from typing import Any
 
-from gpuop_sim.apiserver import admission, checks, crd, errors, kinds, managed, patches, validation
+from gpuop_sim.apiserver import admission, checks, crd, errors, kinds, managed, patches, pods, validation
 from gpuop_sim.apiserver.base import Result, WriteOptions, _spec_part, now_rfc3339
 from gpuop_sim.apiserver.deletion import DeletionMixin
 from gpuop_sim.apiserver.errors import ApiError, cause
@@ -48,7 +48,7 @@ class ApiCore(DeletionMixin):
         else:
             meta.pop("namespace", None)
         if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + admission.random_suffix()
+            meta["name"] = meta["generateName"] + pods.random_suffix()
         self.namespace_check(rt, ns, meta.get("name", ""))
         checks.check_unknown(rt, obj, opts, on_create=True)
         for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
@@ -95,7 +95,7 @@ class ApiCore(DeletionMixin):
         sa_rt = self.registry.get("", "v1", "serviceaccounts")
         assert sa_rt is not None
         exists = self.store.get(sa_rt.key, ns, sa) is not None
-        if admission.admit_pod(pod, exists) is None:
+        if pods.admit_pod(pod, exists) is None:
             raise ApiError(
                 403,
                 "Forbidden",
