@@ -688,3 +688,32 @@ def test_apply_conflicts_with_an_update_manager(core: client.CoreV1Api) -> None:
             "field": ".data.a",
         }
     ]
+
+
+def test_restart_keeps_state_and_port() -> None:
+    srv = SimApiServer(controllers=False).start()
+    try:
+        api = client.ApiClient(client.Configuration(host=srv.url))
+        core = client.CoreV1Api(api)
+        created = core.create_namespaced_config_map("default", cm("survivor"))
+        port = srv.port
+        srv.stop()
+        assert status_of_connection(lambda: core.read_namespaced_config_map("survivor", "default"))
+        srv.start()
+        assert srv.port == port
+        again = core.read_namespaced_config_map("survivor", "default")
+        assert again.metadata.uid == created.metadata.uid
+        later = core.create_namespaced_config_map("default", cm("after"))
+        assert int(later.metadata.resource_version) > int(created.metadata.resource_version)
+        api.close()
+    finally:
+        srv.stop()
+
+
+def status_of_connection(call: Callable[[], Any]) -> bool:
+    """True when the call fails to connect (the server is down)."""
+    try:
+        call()
+    except urllib3.exceptions.HTTPError:
+        return True
+    return False

@@ -66,6 +66,8 @@ class SimApiServer:
         self._runner: web.AppRunner | None = None
         self._stopped: asyncio.Event | None = None
         self._ready = threading.Event()
+        self._establisher: CrdEstablisher | None = None
+        self._controllers: ctrl.Controllers | None = None
         self._compaction_interval = compaction_interval
         self._error: BaseException | None = None
 
@@ -78,11 +80,14 @@ class SimApiServer:
         """Serve from a daemon thread; returns once the socket is listening."""
         if self._thread is not None:
             return self
+        self._ready.clear()
+        self._error = None
         self._thread = threading.Thread(target=self._thread_main, name="sim-apiserver", daemon=True)
         self._thread.start()
         if not self._ready.wait(30):
             raise RuntimeError("simulated API server did not start within 30 s")
         if self._error is not None:
+            self._thread = None
             raise RuntimeError(f"simulated API server failed to start: {self._error}") from self._error
         return self
 
@@ -97,14 +102,20 @@ class SimApiServer:
         """Run on the current event loop until stop() (or SIGTERM via run_forever)."""
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        CrdEstablisher(self.core, self._loop, self.hub.drop)
-        ctrl.Controllers(self.core, self._enabled, self._loop)
-        self._bootstrap()
+        if self._establisher is None or self._controllers is None:
+            self._establisher = CrdEstablisher(self.core, self._loop, self.hub.drop)
+            self._controllers = ctrl.Controllers(self.core, self._enabled, self._loop)
+            self._bootstrap()
+        else:
+            # A restart keeps the stored state (like etcd) and serves it from the new loop.
+            self._establisher.loop = self._loop
+            self._controllers.loop = self._loop
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.router.handle)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self._requested_port, reuse_address=True)
+        # A restarted server comes back on the port it had, so clients can reconnect.
+        site = web.TCPSite(self._runner, self.host, self.port or self._requested_port, reuse_address=True)
         await site.start()
         server = site._server
         assert server is not None
@@ -145,12 +156,14 @@ class SimApiServer:
             self._stopped.set()
 
     def stop(self) -> None:
+        """Stop serving (open watches end); the state is kept, so start() again resumes it."""
         if self._loop is not None and self._stopped is not None:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._stopped.set)
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+            self._loop = None
 
     def __enter__(self) -> SimApiServer:
         return self.start()
