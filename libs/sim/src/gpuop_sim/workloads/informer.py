@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,12 +42,15 @@ class Informer:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        stream = self._stream
-        if stream is not None:
-            stream.stop()
-        self._thread.join(timeout=5)
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            # Repeat: a watch request still being opened has no socket to shut down yet.
+            stream = self._stream
+            if stream is not None:
+                stream.stop()
+            self._thread.join(timeout=0.05)
 
     def wait_synced(self, timeout: float = 10.0) -> bool:
         return self._synced.wait(timeout)
