@@ -29,6 +29,7 @@ class Informer:
         self.resource = resource
         self._watch_timeout = watch_timeout
         self._store: dict[str, Obj] = {}
+        self._deleted: dict[str, int] = {}  # key -> resourceVersion of its DELETED event
         self._lock = threading.Lock()
         self._handlers: list[Handler] = []
         self._stop = threading.Event()
@@ -64,11 +65,17 @@ class Informer:
             return self._store.get(key)
 
     def upsert(self, obj: Obj) -> None:
-        """Record our own write before its watch event arrives, so a reconcile never repeats it."""
+        """Record our own write before its watch event arrives, so a reconcile never repeats it.
+
+        Never resurrects an object whose deletion the watch already reported.
+        """
+        key = key_of(obj)
         with self._lock:
-            current = self._store.get(key_of(obj))
+            if self._deleted.get(key, -1) >= _rv(obj):
+                return
+            current = self._store.get(key)
             if current is None or _rv(current) <= _rv(obj):
-                self._store[key_of(obj)] = obj
+                self._store[key] = obj
 
     def _emit(self, event_type: str, obj: Obj) -> None:
         for handler in self._handlers:
@@ -83,6 +90,7 @@ class Informer:
         with self._lock:
             gone = [obj for key, obj in self._store.items() if key not in fresh]
             self._store = fresh
+            self._deleted.clear()
         for obj in gone:
             self._emit("DELETED", obj)
         for obj in items:
@@ -101,8 +109,10 @@ class Informer:
         with self._lock:
             if event_type == "DELETED":
                 self._store.pop(key_of(obj), None)
+                self._deleted[key_of(obj)] = _rv(obj)
             else:
                 self._store[key_of(obj)] = obj
+                self._deleted.pop(key_of(obj), None)
         self._emit(str(event_type), obj)
         return resource_version
 
