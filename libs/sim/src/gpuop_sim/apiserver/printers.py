@@ -12,6 +12,8 @@ from typing import Any
 JsonObj = dict[str, Any]
 Cell = Callable[[JsonObj], Any]
 AGE: None = None  # marks where the Age column goes
+# Kinds whose table has no Age column (Events show Last Seen instead).
+WITHOUT_AGE = frozenset({"Event"})
 
 
 def _spec(o: JsonObj) -> JsonObj:
@@ -63,6 +65,18 @@ def _node_selector(o: JsonObj) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(sel.items())) or "<none>"
 
 
+def _event_object(o: JsonObj) -> str:
+    ref = o.get("involvedObject") or o.get("regarding") or {}
+    return f"{str(ref.get('kind', '')).lower()}/{ref.get('name', '')}"
+
+
+def _event_last_seen(o: JsonObj) -> Any:
+    from gpuop_sim.apiserver.tables import age
+
+    when = o.get("lastTimestamp") or o.get("deprecatedLastTimestamp") or o.get("eventTime")
+    return age(when) if isinstance(when, str) else "<unknown>"
+
+
 def _count(field: str) -> Cell:
     return lambda o: int(_status(o).get(field, 0))
 
@@ -94,6 +108,13 @@ PRINTERS: dict[str, list[tuple[str, str, Cell | None]]] = {
         ("Ready", "string", lambda o: f"{_status(o).get('readyReplicas', 0)}/{_spec(o).get('replicas', 0)}"),
         ("Up-to-date", "integer", _count("updatedReplicas")),
         ("Available", "integer", _count("availableReplicas")),
+    ],
+    "Event": [
+        ("Last Seen", "string", _event_last_seen),
+        ("Type", "string", lambda o: o.get("type", "")),
+        ("Reason", "string", lambda o: o.get("reason", "")),
+        ("Object", "string", _event_object),
+        ("Message", "string", lambda o: o.get("message") or o.get("note") or ""),
     ],
     "Job": [
         ("Status", "string", lambda o: "Complete" if _status(o).get("succeeded") else "Running"),

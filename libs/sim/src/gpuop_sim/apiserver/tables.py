@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuop_sim.apiserver.crd import column_value
-from gpuop_sim.apiserver.printers import PRINTERS
+from gpuop_sim.apiserver.printers import PRINTERS, WITHOUT_AGE
 from gpuop_sim.apiserver.resources import ResourceType
 
 JsonObj = dict[str, Any]
@@ -59,7 +59,7 @@ def table(rt: ResourceType, objects: list[JsonObj], list_meta: JsonObj) -> JsonO
             cells.append(_json_path_cell(col["jsonPath"], col.get("type", "string")))
     else:
         printer = list(PRINTERS.get(rt.kind, [])) if rt.custom is None else []
-        if not any(fn is None for _, _, fn in printer):
+        if not any(fn is None for _, _, fn in printer) and rt.kind not in WITHOUT_AGE:
             printer.append(("Age", "date", None))
         for name, typ, fn in printer:
             if fn is None:
@@ -84,12 +84,12 @@ def table(rt: ResourceType, objects: list[JsonObj], list_meta: JsonObj) -> JsonO
 def _json_path_cell(path: str, typ: str) -> Callable[[JsonObj], Any]:
     def cell(obj: JsonObj) -> Any:
         value = column_value(obj, path)
-        return _age(value) if typ == "date" and isinstance(value, str) else value
+        return age(value) if typ == "date" and isinstance(value, str) else value
 
     return cell
 
 
-def _age(timestamp: str) -> str:
+def age(timestamp: str) -> str:
     from datetime import UTC, datetime
 
     try:
