@@ -7,6 +7,7 @@ controllers' behaviour lives in controllers.py.
 
 from __future__ import annotations
 
+import base64
 import copy
 import re
 from typing import Any
@@ -95,13 +96,13 @@ def validate_node(obj: JsonObj) -> list[JsonObj]:
     return causes
 
 
-def _default_template(obj: JsonObj) -> None:
+def default_template(obj: JsonObj) -> None:
     template = obj.setdefault("spec", {}).setdefault("template", {})
     default_pod_spec(template.setdefault("spec", {}))
 
 
 def default_daemonset(obj: JsonObj) -> None:
-    _default_template(obj)
+    default_template(obj)
     spec = obj["spec"]
     strategy = spec.setdefault("updateStrategy", {"type": "RollingUpdate"})
     if strategy.get("type", "RollingUpdate") == "RollingUpdate":
@@ -113,7 +114,7 @@ def default_daemonset(obj: JsonObj) -> None:
 
 
 def default_deployment(obj: JsonObj) -> None:
-    _default_template(obj)
+    default_template(obj)
     spec = obj["spec"]
     spec.setdefault("replicas", 1)
     strategy = spec.setdefault("strategy", {"type": "RollingUpdate"})
@@ -127,7 +128,7 @@ def default_deployment(obj: JsonObj) -> None:
 
 
 def default_statefulset(obj: JsonObj) -> None:
-    _default_template(obj)
+    default_template(obj)
     spec = obj["spec"]
     spec.setdefault("replicas", 1)
     spec.setdefault("podManagementPolicy", "OrderedReady")
@@ -137,7 +138,7 @@ def default_statefulset(obj: JsonObj) -> None:
 
 
 def default_job(obj: JsonObj) -> None:
-    _default_template(obj)
+    default_template(obj)
     spec = obj["spec"]
     spec.setdefault("parallelism", 1)
     spec.setdefault("completions", 1)
@@ -178,8 +179,6 @@ def default_service(obj: JsonObj, allocate_ip: str) -> None:
 
 
 def default_secret(obj: JsonObj) -> None:
-    import base64
-
     obj.setdefault("type", "Opaque")
     string_data = obj.pop("stringData", None)
     if isinstance(string_data, dict):

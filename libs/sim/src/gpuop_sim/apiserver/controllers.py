@@ -17,6 +17,7 @@ from gpuop_sim.apiserver.core import ApiCore, WriteOptions
 from gpuop_sim.apiserver.errors import ApiError
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.store import Event
+from gpuop_sim.apiserver.subresources import finalize_namespace
 
 log = logging.getLogger(__name__)
 JsonObj = dict[str, Any]
@@ -196,6 +197,4 @@ class Controllers:
         obj["spec"]["finalizers"] = [
             f for f in obj.get("spec", {}).get("finalizers") or [] if f != "kubernetes"
         ]
-        from gpuop_sim.apiserver.subresources import finalize_namespace
-
         finalize_namespace(self.core, ns, obj)

@@ -96,7 +96,7 @@ def _deploy(obj: JsonObj, _ctx: CreateContext) -> None:
 
 
 def _rs(obj: JsonObj, _ctx: CreateContext) -> None:
-    admission._default_template(obj)
+    admission.default_template(obj)
     obj["spec"].setdefault("replicas", 1)
     obj["status"] = {"replicas": 0}
 

@@ -7,6 +7,7 @@ appended by tables.py unless a printer places it (cell function None).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 JsonObj = dict[str, Any]
@@ -71,8 +72,6 @@ def _event_object(o: JsonObj) -> str:
 
 
 def _event_last_seen(o: JsonObj) -> Any:
-    from gpuop_sim.apiserver.tables import age
-
     when = o.get("lastTimestamp") or o.get("deprecatedLastTimestamp") or o.get("eventTime")
     return age(when) if isinstance(when, str) else "<unknown>"
 
@@ -125,3 +124,19 @@ PRINTERS: dict[str, list[tuple[str, str, Cell | None]]] = {
         ),
     ],
 }
+
+
+def age(timestamp: str) -> str:
+    """kubectl-style age ("42s", "7m", "3h", "2d") of an RFC 3339 timestamp."""
+    try:
+        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return "<unknown>"
+    seconds = int((datetime.now(UTC) - then).total_seconds())
+    if seconds < 120:
+        return f"{max(seconds, 0)}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"

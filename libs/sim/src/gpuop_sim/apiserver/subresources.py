@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuop_sim.apiserver import errors
+from gpuop_sim.apiserver.base import now_rfc3339
 from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
 from gpuop_sim.apiserver.errors import ApiError
 from gpuop_sim.apiserver.resources import ResourceType
@@ -45,18 +46,12 @@ def bind_pod(core: ApiCore, ns: str, name: str, body: Any) -> Result:
     pod["spec"]["nodeName"] = node
     conditions = pod.setdefault("status", {}).setdefault("conditions", [])
     conditions.append(
-        {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": _now()}
+        {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now_rfc3339()}
     )
     # Binding bypasses the main-resource rules (spec.nodeName is otherwise immutable, status separate).
     pod["metadata"]["resourceVersion"] = str(core.store.next_rv())
     core.store.put(pods.key, pod, created=False)
     return Result(201, dict(_SUCCESS_201))
-
-
-def _now() -> str:
-    from gpuop_sim.apiserver.core import now_rfc3339
-
-    return now_rfc3339()
 
 
 def evict_pod(core: ApiCore, ns: str, name: str, body: Any) -> Result:

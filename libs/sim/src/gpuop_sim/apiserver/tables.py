@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuop_sim.apiserver.crd import column_value
-from gpuop_sim.apiserver.printers import PRINTERS, WITHOUT_AGE
+from gpuop_sim.apiserver.printers import PRINTERS, WITHOUT_AGE, age
 from gpuop_sim.apiserver.resources import ResourceType
 
 JsonObj = dict[str, Any]
@@ -87,20 +87,3 @@ def _json_path_cell(path: str, typ: str) -> Callable[[JsonObj], Any]:
         return age(value) if typ == "date" and isinstance(value, str) else value
 
     return cell
-
-
-def age(timestamp: str) -> str:
-    from datetime import UTC, datetime
-
-    try:
-        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
-        return "<unknown>"
-    seconds = int((datetime.now(UTC) - then).total_seconds())
-    if seconds < 120:
-        return f"{max(seconds, 0)}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    if seconds < 172800:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
