@@ -150,11 +150,53 @@ class Router:
 
     # ---------------------------------------------------------------- dispatch
     async def _dispatch(self, request: web.Request, t: Target, query: dict[str, str]) -> web.StreamResponse:
-        method = request.method
-        is_watch = query.get("watch") in ("true", "1") and not t.name
-        verb = _verb(method, bool(t.name), is_watch)
+        verb = _verb(request.method, bool(t.name), query.get("watch") in ("true", "1") and not t.name)
         if verb is None:
             raise errors.method_not_allowed()
+        await self._inject(verb, t)
+        if t.subresource not in SERVED_SUBRESOURCES:
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                f"{t.rt.plural}/{t.subresource} is not served by the simulated API server",
+                {},
+            )
+        if verb == "watch":
+            return await self.hub.serve(request, t.rt, t.namespace, query, self.core.selector(t.rt, query))
+        if verb in ("list", "get"):
+            return await self._read(
+                t, verb, query, wants_table=tables.wants_table(request.headers.get("Accept", ""))
+            )
+        raw = await request.read()
+        ctype = request.headers.get("Content-Type", "")
+        if "protobuf" in ctype or "cbor" in ctype:
+            # Only JSON/YAML bodies are understood (kubectl create <kind> sends protobuf).
+            raise errors.unsupported_media(
+                f"the simulated API server accepts JSON or YAML bodies only, not {ctype.split(';')[0]}; "
+                "use kubectl apply --validate=false -f with a manifest instead"
+            )
+        dry_run = query.get("dryRun") == "All"
+        ns = t.namespace or ""
+        if verb == "delete":
+            return result_response(
+                self.core.delete(t.rt, ns, t.name, _delete_options(raw, query, ctype), dry_run)
+            )
+        if verb == "deletecollection":
+            options = _delete_options(raw, query, ctype)
+            return result_response(self.core.delete_collection(t.rt, t.namespace, query, options, dry_run))
+        if verb == "create" and t.subresource:
+            return result_response(self._action(t, decode_body(raw, ctype, t.rt.kind).value))
+        manager = query.get("fieldManager") or request.headers.get("User-Agent", "unknown").split("/")[0]
+        opts_kind = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}[verb]
+        opts = WriteOptions(dry_run, field_validation(query, opts_kind), manager)
+        if t.subresource == "scale":
+            return result_response(self._write_scale(t, verb, raw, ctype, opts))
+        if verb == "patch":
+            return result_response(self._patch(t, raw, ctype, query, opts))
+        return result_response(self._create_or_update(t, verb, raw, ctype, opts))
+
+    async def _inject(self, verb: str, t: Target) -> None:
+        """Count the request, then apply injected latency, hangs and failures."""
         injected = self.faults.consult(verb, t.rt.plural, t.name, t.subresource)
         self.stats.record(verb, t.rt.plural)
         if injected.delay:
@@ -165,101 +207,61 @@ class Router:
             raise ApiError(
                 injected.code, reason_for(injected.code), f"injected failure ({verb} {t.rt.plural})", {}
             )
-        core, rt = self.core, t.rt
-        ns = t.namespace
-        if verb == "watch":
-            return await self.hub.serve(request, rt, ns, query, core.selector(rt, query))
-        if verb == "list":
-            if (
-                query.get("resourceVersion")
-                and query.get("resourceVersionMatch", "NotOlderThan") == "NotOlderThan"
-            ):
-                await self._wait_for_rv(
-                    int(query["resourceVersion"]) if query["resourceVersion"].isdigit() else 0
-                )
-            items, meta = core.list_items(rt, ns, query)
-            if tables.wants_table(request.headers.get("Accept", "")):
-                return json_response(200, tables.table(rt, [s.obj for s in items], meta))
-            return raw_response(
-                200, _list_bytes(rt, [s.list_item if rt.custom is None else s.raw for s in items], meta)
-            )
-        if t.subresource not in SERVED_SUBRESOURCES:
-            raise ApiError(
-                405,
-                "MethodNotAllowed",
-                f"{rt.plural}/{t.subresource} is not served by the simulated API server",
-                {},
-            )
-        if verb == "get" and t.subresource == "scale":
-            return result_response(get_scale(core, rt, ns or "", t.name))
+
+    async def _read(
+        self, t: Target, verb: str, query: dict[str, str], *, wants_table: bool
+    ) -> web.StreamResponse:
+        rt, ns = t.rt, t.namespace
         if verb == "get":
-            stored = core.get(rt, ns or "", t.name)
-            if tables.wants_table(request.headers.get("Accept", "")):
-                return json_response(
-                    200,
-                    tables.table(
-                        rt, [stored.obj], {"resourceVersion": stored.obj["metadata"]["resourceVersion"]}
-                    ),
-                )
+            if t.subresource == "scale":
+                return result_response(get_scale(self.core, rt, ns or "", t.name))
+            stored = self.core.get(rt, ns or "", t.name)
+            if wants_table:
+                meta = {"resourceVersion": stored.obj["metadata"]["resourceVersion"]}
+                return json_response(200, tables.table(rt, [stored.obj], meta))
             return raw_response(200, stored.raw)
-        raw = await request.read()
-        ctype = request.headers.get("Content-Type", "")
-        if "protobuf" in ctype or "cbor" in ctype:
-            # Only JSON/YAML bodies are understood (kubectl create <kind> sends protobuf).
+        rv = query.get("resourceVersion", "")
+        if rv and query.get("resourceVersionMatch", "NotOlderThan") == "NotOlderThan":
+            await self._wait_for_rv(int(rv) if rv.isdigit() else 0)
+        items, meta = self.core.list_items(rt, ns, query)
+        if wants_table:
+            return json_response(200, tables.table(rt, [s.obj for s in items], meta))
+        return raw_response(
+            200, _list_bytes(rt, [s.list_item if rt.custom is None else s.raw for s in items], meta)
+        )
+
+    def _action(self, t: Target, body: Any) -> Result:
+        """POST to an action subresource (pods/binding, pods/eviction)."""
+        if t.subresource == "binding":
+            return bind_pod(self.core, t.namespace or "", t.name, body)
+        if t.subresource == "eviction":
+            return evict_pod(self.core, t.namespace or "", t.name, body)
+        raise errors.method_not_allowed()
+
+    def _patch(self, t: Target, raw: bytes, ctype: str, query: dict[str, str], opts: WriteOptions) -> Result:
+        rt, ns = t.rt, t.namespace or ""
+        ptype = PATCH_TYPES.get(ctype.split(";", maxsplit=1)[0].strip().lower())
+        if ptype is None:
+            raise errors.unsupported_media("415: Unsupported Media Type", {})
+        if ptype == "strategic" and rt.custom is not None:
             raise errors.unsupported_media(
-                f"the simulated API server accepts JSON or YAML bodies only, not {ctype.split(';')[0]}; "
-                "use kubectl apply --validate=false -f with a manifest instead"
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
             )
-        dry_run = query.get("dryRun") == "All"
-        manager = query.get("fieldManager") or request.headers.get("User-Agent", "unknown").split("/")[0]
-        if verb in ("delete", "deletecollection"):
-            options = _delete_options(raw, query, ctype)
-            if verb == "delete":
-                return result_response(core.delete(rt, ns or "", t.name, options, dry_run))
-            return result_response(core.delete_collection(rt, ns, query, options, dry_run))
-        if verb == "create" and t.subresource:
-            body = decode_body(raw, ctype, rt.kind).value
-            if t.subresource == "binding":
-                return result_response(bind_pod(core, ns or "", t.name, body))
-            if t.subresource == "eviction":
-                return result_response(evict_pod(core, ns or "", t.name, body))
-            raise errors.method_not_allowed()
-        opts_kind = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}[verb]
-        opts = WriteOptions(dry_run, field_validation(query, opts_kind), manager)
-        if t.subresource == "scale":
-            return result_response(self._write_scale(t, verb, raw, ctype, opts))
-        if verb == "patch":
-            ptype = PATCH_TYPES.get(ctype.split(";")[0].strip().lower())
-            if ptype is None:
-                raise errors.unsupported_media("415: Unsupported Media Type", {})
-            if ptype == "strategic" and rt.custom is not None:
-                raise errors.unsupported_media(
-                    "the body of the request was in an unknown format - accepted media types include: "
-                    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-                )
-            if ptype == "apply":
-                if not query.get("fieldManager"):
-                    raise errors.invalid_options(
-                        "PatchOptions",
-                        [
-                            cause(
-                                "FieldValueRequired",
-                                "Required value: is required for apply patch",
-                                "fieldManager",
-                            )
-                        ],
-                    )
-                body = decode_body(raw, "application/apply-patch+yaml", rt.kind).value
-                force = query.get("force") == "true"
-                return result_response(
-                    ssa.apply(
-                        core, rt, ns or "", t.name, body, opts=opts, force=force, subresource=t.subresource
-                    )
-                )
+        if ptype != "apply":
             body = decode_body(raw, "application/json", rt.kind).value
-            return result_response(
-                core.patch(rt, ns or "", t.name, ptype, body, opts=opts, subresource=t.subresource)
+            return self.core.patch(rt, ns, t.name, ptype, body, opts=opts, subresource=t.subresource)
+        if not query.get("fieldManager"):
+            raise errors.invalid_options(
+                "PatchOptions",
+                [cause("FieldValueRequired", "Required value: is required for apply patch", "fieldManager")],
             )
+        body = decode_body(raw, "application/apply-patch+yaml", rt.kind).value
+        force = query.get("force") == "true"
+        return ssa.apply(self.core, rt, ns, t.name, body, opts=opts, force=force, subresource=t.subresource)
+
+    def _create_or_update(self, t: Target, verb: str, raw: bytes, ctype: str, opts: WriteOptions) -> Result:
+        rt, ns = t.rt, t.namespace or ""
         decoded = decode_body(raw, ctype, rt.kind)
         if decoded.duplicates:
             dup = ", ".join(f'duplicate field "{d}"' for d in decoded.duplicates)
@@ -271,12 +273,10 @@ class Router:
             if opts.field_validation == "Warn":
                 opts.warnings.append(dup)
         if verb == "create":
-            return result_response(core.create(rt, ns or "", decoded.value, opts))
+            return self.core.create(rt, ns, decoded.value, opts)
         if rt.kind == "Namespace" and t.subresource == "finalize":
-            return result_response(finalize_namespace(core, t.name, decoded.value))
-        return result_response(
-            core.update(rt, ns or "", t.name, decoded.value, opts, subresource=t.subresource)
-        )
+            return finalize_namespace(self.core, t.name, decoded.value)
+        return self.core.update(rt, ns, t.name, decoded.value, opts, subresource=t.subresource)
 
     def _write_scale(self, t: Target, verb: str, raw: bytes, ctype: str, opts: WriteOptions) -> Result:
         """PUT or PATCH (merge/JSON/strategic) of a Scale subresource."""
