@@ -252,6 +252,8 @@ class SimApiServer:
 
     def write_kubeconfig(self, path: str | Path, *, namespace: str = "default") -> Path:
         """A kubeconfig for kubectl and `kubernetes.config.load_kube_config` (no auth, plain HTTP)."""
+        if not (self.port or self._requested_port):
+            raise RuntimeError("write_kubeconfig() needs the port: call start() first (or pass port=...)")
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         config = {
