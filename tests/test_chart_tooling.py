@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gpuop_sim import helm
+from kubernetes.client import ApiClient, Configuration, CustomObjectsApi
 
 CHART_YAML = """\
 apiVersion: v2
@@ -117,3 +119,21 @@ def test_broken_template_fails_lint_and_template_with_helms_message(chart: Path)
 
 def test_charts_in_lists_chart_folders(chart: Path) -> None:
     assert helm.charts_in(chart.parent) == [chart]
+
+
+def test_kubectl_install_applies_crds_first_then_their_resources(chart: Path, sim_apiserver: Any) -> None:
+    kubeconfig = sim_apiserver.write_kubeconfig(chart.parent / "kubeconfig")
+    installed = helm.kubectl_install(kubeconfig, chart, namespace="probe-system", release="demo")
+    assert sorted(d["kind"] for d in installed) == ["CustomResourceDefinition", "DaemonSet", "Widget"]
+    api = ApiClient(Configuration())
+    api.configuration.host = sim_apiserver.url
+    widget = CustomObjectsApi(api).get_namespaced_custom_object(
+        "example.dev", "v1", "probe-system", "widgets", "w"
+    )
+    assert widget["spec"] == {"size": 3}
+
+
+def test_kubectl_install_reports_kubectl_errors(chart: Path, sim_apiserver: Any) -> None:
+    kubeconfig = sim_apiserver.write_kubeconfig(chart.parent / "kubeconfig")
+    with pytest.raises(helm.ChartError, match="kubectl"):
+        helm.kubectl_install(kubeconfig, chart, namespace="Not_A_Valid_Namespace")

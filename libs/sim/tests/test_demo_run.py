@@ -64,7 +64,11 @@ def test_rows_show_stage_pods_resources_and_metrics_urls() -> None:
         },
     }
     pod = {
-        "metadata": {"name": "exporter", "namespace": "gpuop"},
+        "metadata": {
+            "name": "gpuop-metrics-exporter-x1",
+            "namespace": "gpu-operator",
+            "labels": {"app.kubernetes.io/name": "metrics-exporter"},
+        },
         "spec": {
             "nodeName": "amd-0",
             "containers": [{"ports": [{"name": "metrics", "containerPort": 5000}]}],
@@ -82,7 +86,7 @@ def test_rows_show_stage_pods_resources_and_metrics_urls() -> None:
         gpus="amd-mi210x8 x8",
         ready="Ready",
         stage="stage=operands-rolling; deploy: device-plugin",
-        pods="1/1 ready: gpuop/exporter",
+        pods="1/1 ready: metrics-exporter",
         resources="amd.com/gpu=8",
         metrics="http://127.10.0.1:5000/metrics",
     )
@@ -149,7 +153,7 @@ def test_demo_installs_an_operator_chart_with_helm_and_kubectl(tmp_path: Path) -
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "Installed gpu-operator into namespace gpuop" in done.stdout
+    assert "Installed gpu-operator into namespace gpu-operator" in done.stdout
     # The AMD node's agent pod shows up with its metrics URL; the NVIDIA node has none.
     assert "http://127.10.0.1:9400/metrics" in done.stdout
     assert "127.10.0.2:9400" not in done.stdout

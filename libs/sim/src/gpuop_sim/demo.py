@@ -10,7 +10,6 @@ instead; `--duration` exits after that many seconds (tests use both).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import threading
 import time
@@ -22,16 +21,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from gpuop_sim import helm
 from gpuop_sim.binaries import MissingBinaryError, find_binary, repo_root
 from gpuop_sim.cli import add_cluster_arguments, cluster_from_args, stop_event_on_signals
 from gpuop_sim.cluster import PROFILE_LABEL, SimCluster, SimNode
-from gpuop_sim.workloads.kubeapi import NAMESPACES, NODES, PODS, is_status
+from gpuop_sim.workloads.kubeapi import NODES, PODS
 from gpuop_sim.workloads.objects import (
     Obj,
     annotations_of,
     labels_of,
     name_of,
-    namespace_of,
     node_is_ready,
     pod_is_ready,
     pod_phase,
@@ -41,7 +40,7 @@ from gpuop_sim.workloads.objects import (
 from gpuop_sim.workloads.simkubelet.nodestatus import is_extended
 
 DEPLOY_PREFIX = "gpuop.dev/deploy."
-OPERATOR_NAMESPACE = "gpuop"
+OPERATOR_NAMESPACE = "gpu-operator"
 LABEL_COLUMNS = (
     PROFILE_LABEL,
     "node.kubernetes.io/instance-type",
@@ -106,7 +105,7 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
         allocatable = status_of(node).get("allocatable") or {}
         resources = ", ".join(f"{k}={v}" for k, v in sorted(allocatable.items()) if is_extended(k))
         urls = [url for p in on_node for url in metrics_urls(p)]
-        pod_names = ", ".join(f"{namespace_of(p)}/{name_of(p)}" for p in running)
+        pod_names = ", ".join(_pod_label(p) for p in running)
         rows.append(
             NodeRow(
                 node=name,
@@ -120,6 +119,12 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
             )
         )
     return rows
+
+
+def _pod_label(pod: Obj) -> str:
+    """What a pod is, short: its app name label (the chart's service name) or its own name."""
+    name = labels_of(pod).get("app.kubernetes.io/name") or name_of(pod)
+    return name if pod_is_ready(pod) else f"{name} (starting)"
 
 
 def _gpus(profile: str, sim: SimNode | None) -> str:
@@ -150,44 +155,17 @@ def kubectl_hint(kubeconfig: Path) -> str:
 
 
 def install_operator_chart(cluster: SimCluster, chart: Path, console: Console) -> bool:
-    """helm template | kubectl apply; False (with the reason printed) when it could not."""
+    """helm template | kubectl apply (CRDs first); False (with the reason printed) when it could not."""
     if not (chart / "Chart.yaml").is_file():
         console.print(f"No operator chart at {chart}: showing the bare simulated cluster.")
         return False
+    console.print(f"Installing {chart.name} with helm template + kubectl apply ...")
     try:
-        helm, kubectl = find_binary("helm"), find_binary("kubectl")
-    except MissingBinaryError as error:
-        console.print(f"Cannot install the operator chart: {error}")
+        installed = helm.kubectl_install(cluster.kubeconfig, chart, namespace=OPERATOR_NAMESPACE)
+    except (MissingBinaryError, helm.ChartError) as error:
+        console.print(f"Cannot install {chart}: {error}")
         return False
-    kube = [str(kubectl), "--kubeconfig", str(cluster.kubeconfig)]
-    # `kubectl create` speaks protobuf, which the simulator does not: create the namespace over JSON.
-    try:
-        cluster.api().create(
-            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
-        )
-    except Exception as error:
-        if not is_status(error, 409):
-            raise
-    rendered = subprocess.run(
-        [str(helm), "template", "gpuop", str(chart), "--namespace", OPERATOR_NAMESPACE, "--include-crds"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if rendered.returncode != 0:
-        console.print(f"helm template {chart} failed:\n{rendered.stderr.strip()}")
-        return False
-    applied = subprocess.run(
-        [*kube, "apply", "--validate=false", "-f", "-"],
-        input=rendered.stdout,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if applied.returncode != 0:
-        console.print(f"kubectl apply failed:\n{applied.stderr.strip()}")
-        return False
-    console.print(f"Installed {chart.name} into namespace {OPERATOR_NAMESPACE}.")
+    console.print(f"Installed {chart.name} into namespace {OPERATOR_NAMESPACE} ({len(installed)} objects).")
     return True
 
 
@@ -218,7 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.duration is not None and args.duration < 0:
         build_parser().error("--duration must be 0 or more")
     stop = stop_event_on_signals()
-    console = Console()
+    # A pipe (logs, tests) gets a wide fixed width; a terminal keeps its own.
+    console = Console() if sys.stdout.isatty() else Console(width=180)
     cluster = cluster_from_args(args)
     try:
         console.print("Starting the simulated cluster ...")

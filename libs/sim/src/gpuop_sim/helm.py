@@ -145,3 +145,49 @@ def validate_manifests(
         except kubernetes_validate.SchemaNotFoundError:
             problems.append(f"{where}: no schema for {key[0]} {key[1]} in Kubernetes {kube_version}")
     return problems
+
+
+def _kubectl(kubeconfig: Path, args: Sequence[str], stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(find_binary("kubectl")), "--kubeconfig", str(kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise ChartError(f"kubectl {' '.join(args[:3])}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def kubectl_install(
+    kubeconfig: Path,
+    chart: Path,
+    *,
+    namespace: str,
+    release: str = "gpuop",
+    values: Sequence[str] = (),
+) -> list[Manifest]:
+    """Install a chart the way `helm install` would, with `helm template` and the real kubectl.
+
+    helm install itself needs protobuf, which the simulator does not speak, so: render, apply the
+    namespace, apply the CRDs and wait until they are Established (a CR in the same apply would
+    find no REST mapping, exactly as against a real server), then apply every other non-hook object.
+    Returns the installed objects.
+    """
+    dependency_build(chart)
+    manifests = template(chart, release=release, namespace=namespace, values=values)
+    install_time = [m for m in manifests if "helm.sh/hook" not in (m["metadata"].get("annotations") or {})]
+    crds = [m for m in install_time if m["kind"] == "CustomResourceDefinition"]
+    rest = [m for m in install_time if m["kind"] != "CustomResourceDefinition"]
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    apply = ["apply", "--validate=false", "-f", "-"]
+    _kubectl(kubeconfig, apply, yaml.safe_dump(ns))
+    if crds:
+        _kubectl(kubeconfig, apply, yaml.safe_dump_all(crds))
+        names = [f"crd/{crd['metadata']['name']}" for crd in crds]
+        _kubectl(kubeconfig, ["wait", "--for=condition=Established", *names, "--timeout=60s"])
+    if rest:
+        _kubectl(kubeconfig, ["-n", namespace, *apply], yaml.safe_dump_all(rest))
+    return install_time
