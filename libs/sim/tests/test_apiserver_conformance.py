@@ -717,3 +717,24 @@ def status_of_connection(call: Callable[[], Any]) -> bool:
     except urllib3.exceptions.HTTPError:
         return True
     return False
+
+
+def test_pod_spec_is_immutable_except_images(core: client.CoreV1Api) -> None:
+    core.create_namespace({"metadata": {"name": "immut"}})
+    wait_for(lambda: core.list_namespaced_service_account("immut").items, what="default ServiceAccount")
+    spec = {"containers": [{"name": "c", "image": "busybox:1"}]}
+    core.create_namespaced_pod("immut", {"metadata": {"name": "p"}, "spec": spec})
+    patched = core.patch_namespaced_pod(
+        "p", "immut", {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}}
+    )
+    assert patched.spec.containers[0].image == "busybox:2"
+    assert core.patch_namespaced_pod("p", "immut", {"metadata": {"labels": {"a": "b"}}}).metadata.labels == {
+        "a": "b"
+    }
+    bad = {"spec": {"containers": [{"name": "c", "args": ["sleep"]}]}}
+    with pytest.raises(ApiException) as info:
+        core.patch_namespaced_pod("p", "immut", bad)
+    assert info.value.status == 422 and "pod updates may not change fields" in info.value.body
+    pod = core.read_namespaced_pod("p", "immut")
+    pod.metadata.annotations = {"x": "y"}
+    assert core.replace_namespaced_pod("p", "immut", pod).metadata.annotations == {"x": "y"}

@@ -206,6 +206,10 @@ class ApiCore(DeletionMixin):
             crd.apply_defaults(obj, rt.custom.schema)
         else:
             kinds.default_on_update(rt.kind, old, obj)
+        if rt.kind == "Pod" and rt.group == "" and subresource == "":
+            forbidden_spec = pods.validate_pod_update(old, obj)
+            if forbidden_spec:
+                raise errors.invalid(rt, meta["name"], forbidden_spec)
         if "deletionTimestamp" in old["metadata"]:
             added = validation.new_finalizers(old, obj)
             if added:

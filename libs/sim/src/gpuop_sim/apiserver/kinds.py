@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuop_sim.apiserver import admission
+from gpuop_sim.apiserver import admission, pods
 
 JsonObj = dict[str, Any]
 
@@ -168,6 +168,20 @@ MICROTIME_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
+_POD_ADMITTED_FIELDS = (
+    "serviceAccountName",
+    "serviceAccount",
+    "priority",
+    "enableServiceLinks",
+    "preemptionPolicy",
+    "schedulerName",
+    "securityContext",
+    "dnsPolicy",
+    "restartPolicy",
+    "terminationGracePeriodSeconds",
+)
+
+
 def default_on_update(kind: str, old: JsonObj, new: JsonObj) -> None:
     """Defaults that also apply to updates (the server re-defaults every write)."""
     if kind == "DaemonSet":
@@ -184,8 +198,11 @@ def default_on_update(kind: str, old: JsonObj, new: JsonObj) -> None:
         new.setdefault("spec", {}).setdefault(
             "finalizers", (old.get("spec") or {}).get("finalizers", ["kubernetes"])
         )
-    elif kind in ("Pod",):
+    elif kind == "Pod":
         spec = new.setdefault("spec", {})
-        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-            c.setdefault("terminationMessagePath", "/dev/termination-log")
-            c.setdefault("terminationMessagePolicy", "File")
+        old_spec = old.get("spec") or {}
+        # Fields set by defaulting or admission at create come back the same way on update.
+        for key in _POD_ADMITTED_FIELDS:
+            if key in old_spec:
+                spec.setdefault(key, old_spec[key])
+        pods.default_pod_spec(spec)

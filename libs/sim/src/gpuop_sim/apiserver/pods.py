@@ -178,3 +178,36 @@ def qos_class(spec: JsonObj) -> str:
     if not any_set:
         return "BestEffort"
     return "Guaranteed" if guaranteed else "Burstable"
+
+
+POD_UPDATE_FORBIDDEN = (
+    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to "
+    "existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was "
+    "previously negative)"
+)
+
+
+def _mutable_stripped(spec: JsonObj) -> JsonObj:
+    out = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
+    }
+    for group in ("containers", "initContainers"):
+        if isinstance(out.get(group), list):
+            out[group] = [
+                {k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c for c in out[group]
+            ]
+    return out
+
+
+def validate_pod_update(old: JsonObj, new: JsonObj) -> list[JsonObj]:
+    """A Pod's spec is immutable apart from images, deadlines and added tolerations."""
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    old_tol = old_spec.get("tolerations") or []
+    new_tol = new_spec.get("tolerations") or []
+    removed_toleration = any(t not in new_tol for t in old_tol)
+    if _mutable_stripped(old_spec) != _mutable_stripped(new_spec) or removed_toleration:
+        return [cause("FieldValueForbidden", POD_UPDATE_FORBIDDEN, "spec")]
+    return []
