@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import socket
 import urllib.error
 import urllib.request
 
 import aiohttp
 import pytest
-from gpuop_common.probes import ProbeServer
+from gpuop_common.probes import ProbeServer, wants_gzip
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
@@ -95,3 +96,61 @@ def test_runs_on_the_callers_loop() -> None:
             await probes.stop()
 
     assert asyncio.run(scenario()) == (200, 503)
+
+
+def _get_with(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def test_prerendered_metrics_are_503_until_a_source_is_set_then_served_with_gzip() -> None:
+    asked: list[bool] = []
+
+    def exposition(gzip_ok: bool) -> bytes:
+        asked.append(gzip_ok)
+        body = b"gpu_health 1.0\n"
+        return gzip.compress(body) if gzip_ok else body
+
+    with ProbeServer("127.0.0.1", 0, prerendered_metrics=True) as probes:
+        assert _get(f"{probes.url}/metrics") == (503, "no metrics yet\n")
+        probes.set_metrics_source(exposition)
+        status, headers, body = _get_with(f"{probes.url}/metrics", {})
+        assert (status, body) == (200, b"gpu_health 1.0\n")
+        assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert "Content-Encoding" not in headers
+        status, headers, body = _get_with(f"{probes.url}/metrics", {"Accept-Encoding": "gzip, br"})
+        assert status == 200 and headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(body) == b"gpu_health 1.0\n"
+        refused = _get_with(f"{probes.url}/metrics", {"Accept-Encoding": "gzip;q=0"})
+        assert refused[2] == b"gpu_health 1.0\n"
+    assert asked == [False, True, False]
+
+
+def test_health_aliases_answer_like_healthz() -> None:
+    with ProbeServer("127.0.0.1", 0, health_aliases=("/health",)) as probes:
+        assert _get(f"{probes.url}/health") == (200, "ok\n")
+        probes.add_liveness_check("gpu-backend", lambda: False)
+        assert _get(f"{probes.url}/health") == (503, "unhealthy: gpu-backend\n")
+        assert _get(f"{probes.url}/healthz") == (503, "unhealthy: gpu-backend\n")
+
+
+def test_metrics_source_needs_the_prerendered_mode_and_options_are_checked() -> None:
+    with pytest.raises(RuntimeError, match="prerendered_metrics"):
+        ProbeServer("127.0.0.1", 0).set_metrics_source(lambda _gzip: b"")
+    with pytest.raises(ValueError, match="not both"):
+        ProbeServer("127.0.0.1", 0, registry=CollectorRegistry(), prerendered_metrics=True)
+    with pytest.raises(ValueError, match="/readyz"):
+        ProbeServer("127.0.0.1", 0, health_aliases=("/readyz",))
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [("gzip", True), ("GZIP;q=0.5", True), ("deflate, gzip;q=1.0", True), ("gzip;q=0", False),
+     ("gzip;q=0.0", False), ("*", True), ("identity", False), ("", False)],
+)  # fmt: skip
+def test_wants_gzip(header: str, expected: bool) -> None:
+    assert wants_gzip(header) is expected

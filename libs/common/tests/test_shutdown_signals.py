@@ -238,3 +238,45 @@ def test_run_service_fails_cleanly_when_the_probe_port_is_taken(restore_logging:
         argv = ["--bind-address", "127.0.0.1", "--probe-port", str(taken.getsockname()[1])]
         assert run_service(AgentSettings, called.append, service="example", argv=argv) == 1
     assert called == []
+
+
+class OnePortSettings(AgentSettings):
+    """A service whose one listener is `--port` (like the metrics exporter)."""
+
+    port: int = 0
+
+
+def test_run_service_serves_probes_and_prerendered_metrics_on_the_services_own_port(
+    restore_logging: None,
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free_port = probe.getsockname()[1]
+    seen: dict[str, object] = {}
+
+    def main(ctx: ServiceContext[OnePortSettings]) -> int:
+        seen["port"] = ctx.probes.port
+        ctx.probes.set_metrics_source(lambda _gzip: b"up 1.0\n")
+        ctx.probes.set_ready(True)
+        for path in ("/metrics", "/health", "/readyz"):
+            with urllib.request.urlopen(f"{ctx.probes.url}{path}", timeout=5) as response:
+                seen[path] = (response.status, response.read())
+        return 0
+
+    argv = ["--bind-address", "127.0.0.1", "--port", str(free_port)]
+    code = run_service(
+        OnePortSettings,
+        main,
+        service="example",
+        argv=argv,
+        probe_port=lambda settings: settings.port,
+        prerendered_metrics=True,
+        health_aliases=("/health",),
+    )
+    assert code == 0
+    assert seen == {
+        "port": free_port,
+        "/metrics": (200, b"up 1.0\n"),
+        "/health": (200, b"ok\n"),
+        "/readyz": (200, b"ok\n"),
+    }

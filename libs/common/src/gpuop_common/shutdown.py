@@ -172,23 +172,36 @@ def run_service(
     argv: Sequence[str] | None = None,
     registry: CollectorRegistry | None = None,
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
+    probe_port: Callable[[S], int] | None = None,
+    prerendered_metrics: bool = False,
+    health_aliases: Sequence[str] = (),
 ) -> int:
     """Parse settings, set up logging, probes and signals, run `main`, stop cleanly; returns exit code.
 
     `main` may be sync or async; it should return when `ctx.stopping` is set. Readiness is its job
-    (`ctx.probes.set_ready(True)` once it serves). `registry` is served on the probe port's /metrics.
+    (`ctx.probes.set_ready(True)` once it serves). `registry` is served on the probe port's /metrics;
+    with `prerendered_metrics`, /metrics serves what `main` passes to `ctx.probes.set_metrics_source`
+    (503 until then). `probe_port` picks the listener's port from the settings (default: the
+    `--probe-port` field), so a service whose one port is e.g. `--port` serves everything there.
     """
     settings = parse_settings(settings_cls, argv, prog=f"gpuop-{service}")
     configure_logging(settings.log_level, service=service, node=settings.node_name)
     stopping = Stopping()
     restore_signals = install_signal_handlers(stopping, hard_timeout=shutdown_timeout)
-    probes = ProbeServer(settings.bind_address, settings.probe_port, registry=registry)
+    port = settings.probe_port if probe_port is None else probe_port(settings)
+    probes = ProbeServer(
+        settings.bind_address,
+        port,
+        registry=registry,
+        prerendered_metrics=prerendered_metrics,
+        health_aliases=health_aliases,
+    )
     try:
         probes.start_in_thread()
     except OSError as exc:
         log.error(
             "cannot start probe server",
-            extra={"address": f"{settings.bind_address}:{settings.probe_port}", "error": str(exc)},
+            extra={"address": f"{settings.bind_address}:{port}", "error": str(exc)},
         )
         restore_signals()
         return FORCED_EXIT_CODE
