@@ -157,3 +157,63 @@ def test_load_config_errors(tmp_path: Path) -> None:
     bad.write_text('{"health": {"pollIntervalSeconds": 0}}')
     with pytest.raises(ConfigFileError, match=r"health\.pollIntervalSeconds"):
         load_config(bad, DevicePluginConfig)
+
+
+def test_load_starts_from_the_file_without_calling_back(tmp_path: Path) -> None:
+    mount = ConfigMapMount(tmp_path / "config")
+    mount.publish("migStrategy: single\n")
+    recorder = Recorder()
+    watcher = ConfigFileWatcher.load(mount.path, DevicePluginConfig, on_change=recorder)
+    assert watcher.config.mig_strategy == "single"
+    assert watcher.error is None
+    assert watcher.poll() is False  # the same content is no change
+    mount.publish("migStrategy: mixed\n")
+    assert watcher.poll() is True
+    assert [c.mig_strategy for c in recorder.seen] == ["mixed"]
+
+
+def test_load_of_an_absent_file_is_the_default_and_no_error_until_it_appears(tmp_path: Path) -> None:
+    watcher = ConfigFileWatcher.load(tmp_path / "config" / "config.yaml", DevicePluginConfig)
+    assert watcher.config == DevicePluginConfig()
+    assert watcher.error is None
+    recorder = Recorder()
+    watcher.set_on_change(recorder)
+    mount = ConfigMapMount(tmp_path / "config")
+    mount.publish("cdi: true\n")
+    assert watcher.poll() is True
+    assert recorder.seen[-1].cdi is True
+    # The optional ConfigMap is deleted again: the config in force stays, still no error.
+    (mount.path).unlink()
+    assert watcher.poll() is False
+    assert watcher.config.cdi is True and watcher.error is None
+
+
+def test_load_of_a_bad_file_is_the_default_with_the_error_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("health: {pollIntervalSeconds: 0}\n")
+    default = DevicePluginConfig(cdi=True)
+    with caplog.at_level(logging.ERROR, logger="gpuop_common.configfile"):
+        watcher = ConfigFileWatcher.load(path, DevicePluginConfig, default=default)
+        watcher.poll()
+    assert watcher.config == default
+    assert watcher.error is not None and "health.pollIntervalSeconds" in watcher.error
+    assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 1
+    path.write_text("cdi: false\n")
+    assert watcher.poll() is True
+    assert watcher.error is None and watcher.config.cdi is False
+
+
+def test_unreadable_file_reports_its_error_rather_than_missing(tmp_path: Path) -> None:
+    directory = tmp_path / "config.yaml"
+    directory.mkdir()  # reading a directory fails with an OSError other than "not found"
+    watcher = ConfigFileWatcher.load(directory, DevicePluginConfig)
+    assert watcher.error is not None and "missing" not in watcher.error
+    assert str(directory) in watcher.error
+
+
+def test_config_of_a_watcher_without_default_needs_a_good_file(tmp_path: Path) -> None:
+    watcher = ConfigFileWatcher(tmp_path / "absent.yaml", DevicePluginConfig)
+    with pytest.raises(RuntimeError, match="no default"):
+        _ = watcher.config

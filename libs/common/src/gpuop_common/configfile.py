@@ -4,6 +4,10 @@ The kubelet updates a mounted ConfigMap by writing a new timestamped directory a
 `..data` symlink, so the file's own mtime tells little; the watcher compares content hashes on an
 interval instead. A bad edit never takes a service down: it logs one line naming the file and the
 field, keeps the last good config and exposes the error (`watcher.error`) until a good version lands.
+
+Every service starts the same way, so `ConfigFileWatcher.load` is that start: read the file once (or
+fall back to the defaults when it is absent or bad), build the service from `watcher.config`, then
+`watcher.set_on_change(...)` and `watcher.start_in_thread(stopping)`.
 """
 
 from __future__ import annotations
@@ -74,26 +78,73 @@ class ConfigFileWatcher(Generic[M]):
     """Polls `path` and calls `on_change(model)` whenever its valid content changes.
 
     `default` is the config in force until the file first parses (e.g. the ConfigMap is optional or
-    not written yet); without one, `current` stays None until then.
+    not written yet); without one, `current` stays None until then. With `optional`, a missing file
+    is not an error: the config in force simply stays.
     """
 
     def __init__(
         self,
         path: Path | str,
         model: type[M],
-        on_change: Callable[[M], None],
+        on_change: Callable[[M], None] | None = None,
         *,
         interval: float = 5.0,
         default: M | None = None,
+        optional: bool = False,
     ) -> None:
         self.path = Path(path)
         self.model = model
         self.interval = interval
+        self.optional = optional
         self._on_change = on_change
         self._current: M | None = default
         self._error: str | None = None
         self._last_digest: bytes | None = None
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | str,
+        model: type[M],
+        *,
+        interval: float = 5.0,
+        default: M | None = None,
+        on_change: Callable[[M], None] | None = None,
+    ) -> ConfigFileWatcher[M]:
+        """The startup of every service: the file's config now, or `default` (else `model()`) when
+        the file is absent (an optional ConfigMap) or rejected (logged, and in `error`).
+
+        The first read calls no `on_change`: the service is built from `watcher.config`.
+        """
+        watcher = cls(
+            path,
+            model,
+            on_change,
+            interval=interval,
+            default=model() if default is None else default,
+            optional=True,
+        )
+        watcher.load_initial()
+        return watcher
+
+    def load_initial(self) -> M | None:
+        """Read the file once without calling `on_change` (nothing to react to yet); returns `current`."""
+        if self.optional and not self.path.exists():
+            log.info("no config file; using defaults", extra={"path": str(self.path)})
+        self._poll(notify=False)
+        return self._current
+
+    def set_on_change(self, on_change: Callable[[M], None]) -> None:
+        """Set the callback of later changes (e.g. once the service built from `config` exists)."""
+        self._on_change = on_change
+
+    @property
+    def config(self) -> M:
+        """The config in force; never None for a watcher made by `load` (it has a default)."""
+        if self._current is None:
+            raise RuntimeError(f"no config from {self.path} yet and no default")
+        return self._current
 
     @property
     def current(self) -> M | None:
@@ -106,13 +157,13 @@ class ConfigFileWatcher(Generic[M]):
         return self._error
 
     def _read(self) -> bytes | None:
+        """The file's bytes, or None when it does not exist; ConfigFileError when it cannot be read."""
         try:
             return self.path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as exc:
-            self._fail(ConfigFileError(self.path, exc.strerror or str(exc)))
-            return None
+            raise ConfigFileError(self.path, exc.strerror or str(exc)) from exc
 
     def _fail(self, exc: ConfigFileError) -> None:
         if str(exc) != self._error:
@@ -121,9 +172,19 @@ class ConfigFileWatcher(Generic[M]):
 
     def poll(self) -> bool:
         """Check the file once; True when a new config was applied."""
-        content = self._read()
+        return self._poll(notify=True)
+
+    def _poll(self, *, notify: bool) -> bool:
+        try:
+            content = self._read()
+        except ConfigFileError as exc:
+            self._fail(exc)
+            return False
         if content is None:
-            self._fail(ConfigFileError(self.path, "missing"))
+            if self.optional:
+                self._error = None
+            else:
+                self._fail(ConfigFileError(self.path, "missing"))
             self._last_digest = None
             return False
         digest = hashlib.sha256(content).digest()
@@ -140,10 +201,11 @@ class ConfigFileWatcher(Generic[M]):
             return False
         self._current = config
         log.info("config file applied", extra={"path": str(self.path)})
-        try:
-            self._on_change(config)
-        except Exception:
-            log.exception("config change handler failed", extra={"path": str(self.path)})
+        if notify and self._on_change is not None:
+            try:
+                self._on_change(config)
+            except Exception:
+                log.exception("config change handler failed", extra={"path": str(self.path)})
         return True
 
     def run(self, stopping: Stopping) -> None:
