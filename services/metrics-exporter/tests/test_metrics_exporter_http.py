@@ -11,17 +11,19 @@ from pathlib import Path
 import pytest
 from gpuop_common.config import MetricsExporterConfig
 from gpuop_common.gpu import AmdSysfsBackend, GpuTelemetry
+from gpuop_common.probes import ProbeServer
 from gpuop_metrics_exporter.collector import MetricsCollector
-from gpuop_metrics_exporter.server import ExporterServer
 from gpuop_sim.nodes import set_garbage, vanish_gpu
 
 
 @pytest.fixture
 def serve() -> Iterator:
-    servers: list[ExporterServer] = []
+    servers: list[ProbeServer] = []
 
     def start(collector: MetricsCollector) -> str:
-        server = ExporterServer("127.0.0.1", 0, collector.exposition)
+        # What main() wires: the shared probe server serving the collector's pre-rendered snapshot.
+        server = ProbeServer("127.0.0.1", 0, prerendered_metrics=True, health_aliases=("/health",))
+        server.set_metrics_source(collector.exposition)
         server.start_in_thread()
         servers.append(server)
         return server.url

@@ -6,8 +6,8 @@ import gzip
 import re
 
 import pytest
+from gpuop_common.probes import wants_gzip
 from gpuop_metrics_exporter.naming import tables
-from gpuop_metrics_exporter.server import wants_gzip
 
 # Prometheus base units (and the unitless suffixes we use) that a neutral gauge name must end with.
 UNIT_SUFFIXES = (

@@ -108,6 +108,9 @@ def test_serves_metrics_and_probes_attributes_pods_and_stops_on_sigterm(
         info, f"--config-file={config}", f"--pod-resources-socket={kubelet_emulator.pod_resources_socket}"
     )
     exporter.wait_for(lambda: exporter.get("/readyz")[0] == 200, "ready")
+    # One listener: the shared probe server is the one serving /metrics.
+    started = next(r for r in exporter.records() if r.get("message") == "started")
+    assert exporter.url.endswith(f":{started['probe_port']}")
     assert exporter.get("/healthz")[0] == 200
     assert exporter.get("/health")[0] == 200
     text = exporter.metrics()
@@ -143,10 +146,11 @@ def test_once_prints_one_exposition(gpu_node_root, tmp_path: Path):
 
 
 def test_bad_flag_is_one_line_and_exit_2():
+    # One listener: --port serves metrics and probes, so the common --probe-port is refused.
     done = subprocess.run(
-        [sys.executable, "-m", "gpuop_metrics_exporter.main", "--port=5000", "--probe-port=5000"],
+        [sys.executable, "-m", "gpuop_metrics_exporter.main", "--port=5000", "--probe-port=5001"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "--probe-port must differ from --port" in done.stderr
+    assert "--probe-port is not an exporter setting" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

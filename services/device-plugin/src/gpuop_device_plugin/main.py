@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from gpuop_common.config import DevicePluginConfig
-from gpuop_common.configfile import ConfigFileError, ConfigFileWatcher, load_config
+from gpuop_common.configfile import ConfigFileWatcher
 from gpuop_common.gpu import GpuBackendError, open_backends
 from gpuop_common.kubelet import deviceplugin as dp
 from gpuop_common.settings import AgentSettings
@@ -52,18 +52,6 @@ class DevicePluginSettings(AgentSettings):
     udev: bool = Field(True, description="React to udev events at once (needs the host's netlink).")
 
 
-def initial_config(path: Path) -> DevicePluginConfig:
-    """The mounted config if it is usable, else the defaults (the watcher reports the problem)."""
-    if not path.exists():
-        log.info("no config file; using defaults", extra={"path": str(path)})
-        return DevicePluginConfig()
-    try:
-        return load_config(path, DevicePluginConfig)
-    except ConfigFileError as exc:
-        log.error("config file rejected; using defaults", extra={"error": str(exc)})
-        return DevicePluginConfig()
-
-
 def serve(ctx: ServiceContext[DevicePluginSettings]) -> int:
     s = ctx.settings
     if not s.socket_dir.is_dir():
@@ -76,23 +64,17 @@ def serve(ctx: ServiceContext[DevicePluginSettings]) -> int:
         return 1
     if not backends:
         log.warning("no GPUs found; advertising nothing", extra={"host_root": str(s.host_root)})
-    config = initial_config(s.config_file)
-    manager = ResourceManager(backends, config)
+    watcher = ConfigFileWatcher.load(s.config_file, DevicePluginConfig, interval=s.config_poll_interval)
+    manager = ResourceManager(backends, watcher.config)
     service = DevicePluginService(
         manager, s.socket_dir, cdi_dir=s.cdi_spec_dir, health_interval=s.health_interval
     )
-    watcher = ConfigFileWatcher(
-        s.config_file,
-        DevicePluginConfig,
-        service.apply_config,
-        interval=s.config_poll_interval,
-        default=config,
-    )
+    watcher.set_on_change(service.apply_config)
     udev = UdevWatcher(service.wake)
     if s.udev:
         udev.start()
     ctx.probes.add_readiness_check("registered", lambda: service.registered or not service.servers)
-    ctx.probes.add_readiness_check("config", lambda: watcher.error is None or not s.config_file.exists())
+    ctx.probes.add_readiness_check("config", lambda: watcher.error is None)
     try:
         service.tick()
         if s.once:

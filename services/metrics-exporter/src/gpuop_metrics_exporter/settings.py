@@ -8,6 +8,7 @@ from typing import Literal
 from gpuop_common.kubelet import podresources as pr
 from gpuop_common.settings import AgentSettings
 from pydantic import Field, model_validator
+from pydantic_settings import CliSuppress
 
 DEFAULT_PORT = 5000  # the AMD exporter's; dcgm-exporter users pick 9400
 DEFAULT_CONFIG_FILE = Path("/etc/gpuop/config.yaml")
@@ -40,11 +41,17 @@ class ExporterSettings(AgentSettings):
     vendor: Literal["auto", "amd", "nvidia"] = Field(
         "auto", description="GPU vendor to read; auto opens every vendor found under --host-root."
     )
-    # The shared runtime's own probe listener; Kubernetes probes use --port, so any free port will do.
-    probe_port: int = Field(0, ge=0, le=65535, description="Port of the runtime's probe server (0 = any).")
+    # One listener serves /metrics and the probes on --port (what the chart's probes and Service
+    # use), so the inherited --probe-port is hidden from --help and refused when given.
+    probe_port: CliSuppress[int] = Field(0, ge=0, le=65535)
 
     @model_validator(mode="after")
-    def _ports_differ(self) -> ExporterSettings:
-        if self.probe_port == self.port != 0:
-            raise ValueError(f"--probe-port must differ from --port ({self.port}); 0 picks a free port")
+    def _no_probe_port(self) -> ExporterSettings:
+        if "probe_port" in self.model_fields_set:
+            raise ValueError("--probe-port is not an exporter setting: --port serves /metrics and the probes")
         return self
+
+    @property
+    def listen_port(self) -> int:
+        """The port of the one listener; `--once` prints and exits, so it must not take the daemon's."""
+        return 0 if self.once else self.port

@@ -38,18 +38,17 @@ class ConfigState:
                 lambda _config: trigger.fire("config changed"),
                 interval=CONFIG_POLL_SECONDS,
                 default=NodeLabellerConfig(),
+                optional=True,
             )
 
     def load_initial(self) -> None:
         """Read the file once before the first pass; that first read is not a change to react to."""
         if self.watcher is not None:
-            self.watcher.poll()
-            self.trigger.wait(0)
+            self.watcher.load_initial()
 
     @property
     def config(self) -> NodeLabellerConfig:
-        current = self.watcher.current if self.watcher is not None else None
-        return current or NodeLabellerConfig()
+        return self.watcher.config if self.watcher is not None else NodeLabellerConfig()
 
     def options(self) -> LabelOptions:
         return LabelOptions.from_config(
