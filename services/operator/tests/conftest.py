@@ -84,7 +84,8 @@ class RunningOperator:
 
     def stop(self) -> None:
         self.stop_event.set()
-        self.thread.join(timeout=15)
+        if self.thread.ident is not None:
+            self.thread.join(timeout=15)
         self.reconciler.stop()
         self.api.close()
 

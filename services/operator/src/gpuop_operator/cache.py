@@ -8,6 +8,7 @@ fields the operator reads, which keeps memory flat at thousands of nodes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -62,6 +63,7 @@ class WatchCache:
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stream: Any = None  # the open watch response, shut down by stop()
         self.relists = 0
         self.failures = 0  # lists/watches that failed and were retried
         self.resumes = 0  # watch streams that ended and were resumed
@@ -72,6 +74,11 @@ class WatchCache:
 
     def stop(self) -> None:
         self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            # Unblocks the watch thread's read; it sees the stop flag and ends.
+            with contextlib.suppress(Exception):
+                stream.shutdown()
 
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
@@ -136,10 +143,21 @@ class WatchCache:
                 self.failures += 1
                 self._stop.wait(self._retry_delay)
 
+    def _opened(self, stream: Any) -> None:
+        self._stream = stream
+        if self._stop.is_set():
+            with contextlib.suppress(Exception):
+                stream.shutdown()
+
     def _follow(self, version: str) -> str:
         """Apply watch events until the stream ends; returns the resourceVersion to resume from."""
         for event in self.kube.watch(
-            self.resource, self.namespace, version, self._watch_timeout, labelSelector=self.label_selector
+            self.resource,
+            self.namespace,
+            version,
+            self._watch_timeout,
+            on_open=self._opened,
+            labelSelector=self.label_selector,
         ):
             if self._stop.is_set():
                 break

@@ -7,7 +7,7 @@ no generated models, so 1,000-node lists and watch streams stay cheap to decode.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,9 +139,12 @@ class KubeJson:
         namespace: str | None,
         resource_version: str,
         timeout_seconds: int,
+        on_open: Callable[[Any], None] = lambda _response: None,
         **query: Any,
     ) -> Iterator[JsonObj]:
-        """Watch events ({type, object}) from resource_version until the server ends the stream."""
+        """Watch events ({type, object}) from resource_version until the server ends the stream.
+
+        `on_open` gets the open urllib3 response, so another thread can `shutdown()` it to stop."""
         params = {
             **query,
             "watch": True,
@@ -164,6 +167,7 @@ class KubeJson:
                 raise WatchExpiredError(resource.plural)
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         raw = response.response
+        on_open(raw)
         try:
             pending = b""
             for chunk in raw.stream(64 * 1024, decode_content=True):

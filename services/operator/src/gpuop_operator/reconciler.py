@@ -47,6 +47,12 @@ class ReconcilerSettings:
     workers: int = 8  # parallel node writes
     resync_interval: float = 300.0
     max_backoff: float = 10.0
+    # A status whose conditions did not change (only counts moved) is written at most this often,
+    # so a 1,000-node rollout costs a few status writes per second, not one per node.
+    status_interval: float = 1.0
+    # After a change wakes the loop, wait this long for more: a burst of pod and node events (a
+    # DaemonSet rolling onto 1,000 nodes) then costs a few passes instead of one per event.
+    coalesce: float = 0.05
 
 
 def _now() -> str:
@@ -91,6 +97,8 @@ class Reconciler:
             kube, CONFIGMAPS, mark, namespace=ns, label_selector=instance, transform=views.trim_config_map
         )
         self._caches = (self.deviceconfigs, self.nodes, self.pods, self.daemonsets, self.configmaps)
+        self._status_written: dict[str, float] = {}
+        self._status_due = 0.0  # monotonic time of a held-back status write; 0 when none
         self._pool = ThreadPoolExecutor(max_workers=max(1, settings.workers), thread_name_prefix="node-write")
         self.passes = 0
 
@@ -115,13 +123,16 @@ class Reconciler:
         backoff = 0.0
         next_resync = time.monotonic() + self.settings.resync_interval
         while not stopping(0):
-            if not self.dirty.wait(tick) and time.monotonic() < next_resync:
+            due = self._status_due and time.monotonic() >= self._status_due
+            if not self.dirty.wait(tick) and time.monotonic() < next_resync and not due:
                 continue
             if not self.leading.is_set() or not self.synced():
                 # Keep the dirty mark: the pass runs once we lead and the caches are full.
                 if stopping(tick):
                     return
                 continue
+            if stopping(self.settings.coalesce):
+                return
             self.dirty.clear()
             next_resync = time.monotonic() + self.settings.resync_interval
             if self.reconcile_once():
@@ -136,6 +147,7 @@ class Reconciler:
     def reconcile_once(self) -> bool:
         """One pass over every DeviceConfig; True when every write succeeded."""
         started = time.monotonic()
+        self._status_due = 0.0
         self.passes += 1
         self.metrics.reconciles.inc()
         nodes = [views.node_info(obj) for obj in self.nodes.items()]
@@ -289,6 +301,15 @@ class Reconciler:
         previous = obj.get("status") or {}
         if previous == status:
             return
+        owner, now = object_key(obj), time.monotonic()
+        changed = transitions(previous, status)
+        last = self._status_written.get(owner, 0.0)
+        same_generation = previous.get("observedGeneration") == status.get("observedGeneration")
+        if not changed and same_generation and now - last < self.settings.status_interval:
+            due = last + self.settings.status_interval
+            self._status_due = min(self._status_due or due, due)
+            return
+        self._status_written[owner] = now
         # Replace the whole status: a merge patch could not drop nodes that left the map.
         self._write_dc(
             obj,
@@ -297,7 +318,7 @@ class Reconciler:
             sub="status",
             content_type=JSON_PATCH,
         )
-        for condition in transitions(previous, status):
+        for condition in changed:
             if condition["type"] != "Ready":
                 continue
             kind = (
