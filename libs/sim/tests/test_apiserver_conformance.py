@@ -738,3 +738,27 @@ def test_pod_spec_is_immutable_except_images(core: client.CoreV1Api) -> None:
     pod = core.read_namespaced_pod("p", "immut")
     pod.metadata.annotations = {"x": "y"}
     assert core.replace_namespaced_pod("p", "immut", pod).metadata.annotations == {"x": "y"}
+
+
+def test_workload_selectors_are_immutable(apps: client.AppsV1Api) -> None:
+    body = {
+        "metadata": {"name": "sel"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "a"}},
+            "template": {
+                "metadata": {"labels": {"app": "a"}},
+                "spec": {"containers": [{"name": "c", "image": "x:1"}]},
+            },
+        },
+    }
+    apps.create_namespaced_daemon_set("default", body)
+    change = {
+        "spec": {
+            "selector": {"matchLabels": {"app": "b"}},
+            "template": {"metadata": {"labels": {"app": "b"}}},
+        }
+    }
+    with pytest.raises(ApiException) as info:
+        apps.patch_namespaced_daemon_set("sel", "default", change)
+    assert info.value.status == 422
+    assert json.loads(info.value.body)["details"]["causes"][0]["field"] == "spec.selector"

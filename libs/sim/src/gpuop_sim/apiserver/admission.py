@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import re
 from typing import Any
 
@@ -245,3 +246,34 @@ def default_pdb(obj: JsonObj) -> None:
 
 def default_priority_class(obj: JsonObj) -> None:
     obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+# Fields a workload's update may not change (the real server's "field is immutable").
+IMMUTABLE_SPEC_FIELDS: dict[str, tuple[str, ...]] = {
+    "DaemonSet": ("selector",),
+    "Deployment": ("selector",),
+    "ReplicaSet": ("selector",),
+    "StatefulSet": ("selector", "serviceName", "volumeClaimTemplates", "podManagementPolicy"),
+    "Job": ("selector", "template", "completionMode"),
+    "PersistentVolumeClaim": ("storageClassName", "volumeName"),
+}
+
+
+def validate_immutable(kind: str, old: JsonObj, new: JsonObj) -> list[JsonObj]:
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    causes: list[JsonObj] = []
+    for field in IMMUTABLE_SPEC_FIELDS.get(kind, ()):
+        if old_spec.get(field) != new_spec.get(field):
+            shown = json.dumps(new_spec.get(field), separators=(",", ":"), sort_keys=True)
+            causes.append(
+                cause("FieldValueInvalid", f"Invalid value: {shown}: field is immutable", f"spec.{field}")
+            )
+    if kind in ("ConfigMap", "Secret") and old.get("immutable") is True:
+        for field in ("data", "binaryData", "immutable"):
+            if old.get(field) != new.get(field):
+                causes.append(
+                    cause(
+                        "FieldValueForbidden", "Forbidden: field is immutable when `immutable` is set", field
+                    )
+                )
+    return causes

@@ -206,10 +206,12 @@ class ApiCore(DeletionMixin):
             crd.apply_defaults(obj, rt.custom.schema)
         else:
             kinds.default_on_update(rt.kind, old, obj)
-        if rt.kind == "Pod" and rt.group == "" and subresource == "":
-            forbidden_spec = pods.validate_pod_update(old, obj)
-            if forbidden_spec:
-                raise errors.invalid(rt, meta["name"], forbidden_spec)
+        if rt.custom is None and subresource == "":
+            frozen = admission.validate_immutable(rt.kind, old, obj)
+            if rt.kind == "Pod" and rt.group == "":
+                frozen += pods.validate_pod_update(old, obj)
+            if frozen:
+                raise errors.invalid(rt, meta["name"], frozen)
         if "deletionTimestamp" in old["metadata"]:
             added = validation.new_finalizers(old, obj)
             if added:
