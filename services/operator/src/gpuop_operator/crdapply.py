@@ -7,6 +7,7 @@ pre-upgrade hook runs this so a new schema reaches clusters installed with an ol
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from gpuop_common.retry import kube_retry
 from kubernetes.client.exceptions import ApiException
@@ -17,9 +18,22 @@ from gpuop_operator.kubeio import CRDS, KubeJson
 log = logging.getLogger(__name__)
 
 
+def _contains(current: Any, wanted: Any) -> bool:
+    """Whether `current` holds everything in `wanted` (the apiserver adds defaults of its own)."""
+    if isinstance(wanted, dict):
+        return isinstance(current, dict) and all(_contains(current.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return (
+            isinstance(current, list)
+            and len(current) == len(wanted)
+            and all(_contains(c, w) for c, w in zip(current, wanted, strict=True))
+        )
+    return bool(current == wanted)
+
+
 @kube_retry()
 def apply_crd(kube: KubeJson) -> str:
-    """ "created", "updated" or "unchanged"; re-reads on every attempt so a 409 resolves itself."""
+    """Returns "created", "updated" or "unchanged"; re-reads on every attempt so a 409 resolves itself."""
     wanted = device_config_crd()
     try:
         current = kube.get(CRDS, CRD_NAME)
@@ -29,9 +43,8 @@ def apply_crd(kube: KubeJson) -> str:
         kube.create(CRDS, wanted)
         log.info("created CRD", extra={"crd": CRD_NAME})
         return "created"
-    if (
-        current.get("spec") == wanted["spec"]
-        and (current.get("metadata") or {}).get("labels") == wanted["metadata"]["labels"]
+    if _contains(current.get("spec"), wanted["spec"]) and _contains(
+        current.get("metadata"), wanted["metadata"]
     ):
         return "unchanged"
     body = {
