@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 UMBRELLA = ROOT / "charts" / "gpu-operator"
 NAMESPACE = "gpu-operator"
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
-CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 SERVICES = ("device-plugin", "node-labeller", "metrics-exporter")
 GPU_RESOURCE = {"amd": "amd.com/gpu", "nvidia": "nvidia.com/gpu"}
 
@@ -43,25 +42,11 @@ def kubectl(cluster: SimCluster, *args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
-def install(cluster: SimCluster, values: list[str]) -> list[dict[str, Any]]:
-    """`helm install` as kubectl can do it: CRDs first, then every non-hook object."""
-    helm.dependency_build(UMBRELLA)
-    manifests = helm.template(UMBRELLA, namespace=NAMESPACE, values=values)
-    install_time = [m for m in manifests if "helm.sh/hook" not in (m["metadata"].get("annotations") or {})]
-    crds = [m for m in install_time if m["kind"] == "CustomResourceDefinition"]
-    rest = [m for m in install_time if m["kind"] != "CustomResourceDefinition"]
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    kubectl(cluster, "apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump(namespace))
-    kubectl(cluster, "apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(crds))
-    kubectl(cluster, "wait", "--for=condition=Established", "crd/deviceconfigs.gpuop.dev", "--timeout=30s")
-    kubectl(cluster, "apply", "--validate=false", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump_all(rest))
-    return install_time
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
     with SimCluster(amd_nodes=2, nvidia_nodes=1, cpu_nodes=1) as sim:
-        install(sim, [])
+        # `helm install` as kubectl can do it: namespace, CRDs (Established), every non-hook object.
+        helm.kubectl_install(sim.kubeconfig, UMBRELLA, namespace=NAMESPACE)
         yield sim
 
 
