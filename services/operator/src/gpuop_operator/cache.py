@@ -134,10 +134,15 @@ class WatchCache:
                 self.resumes += 1
             except WatchExpiredError:
                 version = ""
-            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-                log.warning(
-                    "watch failed, retrying",
+            except Exception as exc:
+                # Whatever broke the stream (HTTP error, dropped connection, a malformed event),
+                # the cache must recover by relisting rather than silently going stale.
+                expected = isinstance(exc, (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError))
+                log.log(
+                    logging.WARNING if expected else logging.ERROR,
+                    "watch failed, relisting",
                     extra={"resource": self.resource.plural, "error": f"{type(exc).__name__}: {exc}"[:300]},
+                    exc_info=not expected,
                 )
                 version = ""
                 self.failures += 1

@@ -135,7 +135,14 @@ class Reconciler:
                 return
             self.dirty.clear()
             next_resync = time.monotonic() + self.settings.resync_interval
-            if self.reconcile_once():
+            try:
+                ok = self.reconcile_once()
+            except Exception:
+                # A bug or a malformed object must not stop the controller: log, back off, retry.
+                log.exception("reconcile pass failed")
+                self.metrics.errors.labels("pass").inc()
+                ok = False
+            if ok:
                 backoff = 0.0
                 continue
             backoff = min(self.settings.max_backoff, max(0.2, backoff * 2))
