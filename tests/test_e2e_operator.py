@@ -19,12 +19,13 @@ import yaml
 from gpuop_sim import helm
 from gpuop_sim.binaries import find_binary
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import CONFIGMAPS, NODES, PODS, Resource
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, JOBS, NODES, PODS, Resource
 
 ROOT = Path(__file__).resolve().parents[1]
 UMBRELLA = ROOT / "charts" / "gpu-operator"
 NAMESPACE = "gpu-operator"
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
+CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 SERVICES = ("device-plugin", "node-labeller", "metrics-exporter")
 GPU_RESOURCE = {"amd": "amd.com/gpu", "nvidia": "nvidia.com/gpu"}
 
@@ -129,3 +130,73 @@ def test_kubectl_shows_printer_columns_and_the_operator_metrics(cluster: SimClus
         text = response.read().decode()
     assert 'gpuop_operator_nodes{deviceconfig="gpu-operator/amd",stage="ready"} 2.0' in text
     assert "gpuop_operator_leader 1.0" in text
+
+
+@pytest.mark.slow
+def test_exporters_started_only_after_stage_two_was_ready_on_their_node(cluster: SimCluster) -> None:
+    cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready")
+    pods, _ = cluster.api().list(PODS, NAMESPACE)
+    ready_at: dict[tuple[str, str], str] = {}
+    created_at: dict[tuple[str, str], str] = {}
+    for pod in pods:
+        service = pod["metadata"]["labels"].get("app.kubernetes.io/name", "")
+        key = (pod["spec"].get("nodeName", ""), service)
+        created_at[key] = pod["metadata"]["creationTimestamp"]
+        for cond in pod["status"].get("conditions") or []:
+            if cond["type"] == "Ready" and cond["status"] == "True":
+                ready_at[key] = cond["lastTransitionTime"]
+    for node in (n for n in cluster.nodes if n.vendor != "cpu"):
+        exporter = created_at[(node.name, "metrics-exporter")]
+        # RFC 3339 UTC timestamps of one format compare as strings.
+        assert exporter >= ready_at[(node.name, "device-plugin")], node.name
+        assert exporter >= ready_at[(node.name, "node-labeller")], node.name
+
+
+@pytest.mark.slow
+def test_spec_change_reaches_the_configmaps_without_restarting_agents(cluster: SimCluster) -> None:
+    cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready")
+    api = cluster.api()
+    before = {p["metadata"]["uid"] for p in api.list(PODS, NAMESPACE)[0]}
+    for name in ("amd", "nvidia"):
+        api.patch(DEVICECONFIGS, name, {"spec": {"nodeLabeller": {"intervalSeconds": 30}}}, NAMESPACE)
+
+    def projected() -> bool:
+        data = api.get(CONFIGMAPS, "gpuop-node-labeller-config", NAMESPACE)["data"]
+        return all(
+            yaml.safe_load(data[key]).get("intervalSeconds") == 30
+            for key in ("config.yaml", f"{NAMESPACE}.amd.yaml")
+        )
+
+    cluster.wait_for(projected, timeout=30, what="new nodeLabeller settings in the ConfigMap")
+    cluster.wait_for(lambda: all_ready(cluster), timeout=60, what="still Ready")
+    after = api.list(PODS, NAMESPACE)[0]
+    assert {p["metadata"]["uid"] for p in after} == before
+    assert all(
+        cs.get("restartCount", 0) == 0 for p in after for cs in p["status"].get("containerStatuses") or []
+    )
+
+
+@pytest.mark.slow
+def test_crd_upgrade_hook_job_runs_the_operator_image_to_completion(cluster: SimCluster) -> None:
+    # What `helm upgrade` runs first: the pre-upgrade hook objects of the umbrella chart.
+    hooks = [
+        m
+        for m in helm.template(UMBRELLA, namespace=NAMESPACE)
+        if (m["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-upgrade"
+    ]
+    assert {m["kind"] for m in hooks} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"}
+    kubectl(cluster, "apply", "--validate=false", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump_all(hooks))
+    (job,) = (m for m in hooks if m["kind"] == "Job")
+    done = cluster.wait_for_object(
+        JOBS,
+        job["metadata"]["name"],
+        NAMESPACE,
+        lambda j: any(
+            c["type"] == "Complete" and c["status"] == "True"
+            for c in (j.get("status") or {}).get("conditions") or []
+        ),
+        timeout=60,
+    )
+    assert done["status"]["succeeded"] == 1
+    crd = cluster.api().get(CRDS, "deviceconfigs.gpuop.dev")
+    assert crd["spec"]["names"]["shortNames"] == ["gpudc"]
