@@ -18,8 +18,6 @@ STAGES: tuple[tuple[str, ...], ...] = (
 )
 # Operands whose service exists in this release; enabling any other section is reported Unsupported.
 SUPPORTED_SERVICES: frozenset[str] = frozenset({"device-plugin", "node-labeller", "metrics-exporter"})
-# Sections with no per-node DaemonSet (remediation acts on nodes, it is not deployed onto them).
-UNSTAGED_SERVICES: frozenset[str] = frozenset({"remediation"})
 
 LABEL_PREFIX = "gpuop.dev/"
 OWNER_ANNOTATION = "gpuop.dev/deviceconfig"  # "<namespace>/<name>" of the DeviceConfig owning the node
@@ -39,10 +37,6 @@ REMOVING = "removing"
 def deploy_label(service: str) -> str:
     """`gpuop.dev/deploy.<service>`: the label an operator-managed DaemonSet selects."""
     return f"{LABEL_PREFIX}deploy.{service}"
-
-
-ALL_STAGED_SERVICES: tuple[str, ...] = tuple(service for stage in STAGES for service in stage)
-DEPLOY_LABELS: frozenset[str] = frozenset(deploy_label(service) for service in ALL_STAGED_SERVICES)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,16 @@ from kubernetes.client.exceptions import ApiException
 from gpuop_operator import views
 from gpuop_operator.cache import WatchCache, object_key
 from gpuop_operator.crd import GROUP, KIND, VERSION
-from gpuop_operator.kubeio import CONFIGMAPS, DAEMONSETS, DEVICECONFIGS, JSON_PATCH, NODES, PODS, KubeJson
+from gpuop_operator.kubeio import (
+    CONFIGMAPS,
+    DAEMONSETS,
+    DEVICECONFIGS,
+    JSON_PATCH,
+    MERGE_PATCH,
+    NODES,
+    PODS,
+    KubeJson,
+)
 from gpuop_operator.metrics import OperatorMetrics
 from gpuop_operator.model import FINALIZER, SUPPORTED_SERVICES, NodePatch
 from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout
@@ -193,7 +202,7 @@ class Reconciler:
         self, obj: JsonObj, result: Validation, nodes: Sequence[Any], pods: PodIndex, installed: set[str]
     ) -> bool:
         owner = object_key(obj)
-        self._ensure_finalizer(obj)
+        obj = self._ensure_finalizer(obj)
         generation = int((obj.get("metadata") or {}).get("generation") or 0)
         previous = obj.get("status") or {}
         if not result.ok or result.spec is None:
@@ -263,7 +272,7 @@ class Reconciler:
         return True
 
     def _write_dc(
-        self, obj: JsonObj, body: Any, *, kind: str, sub: str | None = None, content_type: str = ""
+        self, obj: JsonObj, body: Any, *, kind: str, sub: str | None = None, content_type: str = MERGE_PATCH
     ) -> None:
         if self.dry_run:
             log.info(
@@ -279,7 +288,7 @@ class Reconciler:
                 body,
                 str(meta.get("namespace")),
                 sub=sub,
-                **({"content_type": content_type} if content_type else {}),
+                content_type=content_type,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -288,11 +297,12 @@ class Reconciler:
             raise
         self.deviceconfigs.update(updated)
 
-    def _ensure_finalizer(self, obj: JsonObj) -> None:
+    def _ensure_finalizer(self, obj: JsonObj) -> JsonObj:
+        """The DeviceConfig with our finalizer (added first if missing), so deletion waits for cleanup."""
         meta = obj.get("metadata") or {}
         finalizers = list(meta.get("finalizers") or [])
         if FINALIZER in finalizers:
-            return
+            return obj
         body = {
             "metadata": {
                 "finalizers": [*finalizers, FINALIZER],
@@ -300,9 +310,7 @@ class Reconciler:
             }
         }
         self._write_dc(obj, body, kind="finalizer")
-        refreshed = self.deviceconfigs.get(object_key(obj))
-        if refreshed is not None:
-            obj["metadata"] = refreshed.get("metadata", meta)
+        return self.deviceconfigs.get(object_key(obj)) or obj
 
     def _write_status(self, obj: JsonObj, status: JsonObj, *, warning: bool) -> None:
         previous = obj.get("status") or {}
