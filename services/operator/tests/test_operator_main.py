@@ -5,11 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gpuop_operator.crd import CRD_NAME, device_config_crd
 from gpuop_operator.crdapply import apply_crd
-from gpuop_operator.kubeio import CRDS, KubeJson
+from gpuop_operator.kubeio import CRDS, DAEMONSETS, DEVICECONFIGS, KubeJson
 from kubernetes import client
 
 SCRIPT = Path(sys.executable).parent / "gpuop-operator"
@@ -96,3 +97,25 @@ def test_bad_flag_is_one_line_naming_it(tmp_path: Path) -> None:
     done = operator(tmp_path / "missing-kubeconfig", "--workers", "0")
     assert done.returncode == 2
     assert "--workers" in done.stderr and "GPUOP_WORKERS" in done.stderr
+
+
+@pytest.mark.slow
+def test_once_waits_for_stage_two_when_the_operands_are_installed(
+    sim_kubeconfig: Path, kube_api_client: client.ApiClient, kit: Any
+) -> None:
+    kube = KubeJson(kube_api_client)
+    apply_crd(kube)
+    core = client.CoreV1Api(kube_api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="gpu-operator")))
+    for service in ("device-plugin", "node-labeller", "metrics-exporter"):
+        kube.create(DAEMONSETS, kit.operand_daemonset(service), "gpu-operator")
+    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name="n0")))
+    kube.create(DEVICECONFIGS, kit.device_config("all"), "gpu-operator")
+    done = operator(sim_kubeconfig, "--once", "--namespace", "gpu-operator", "--no-leader-elect")
+    assert done.returncode == 0, done.stderr
+    labels = core.read_node("n0").metadata.labels
+    assert labels["gpuop.dev/deploy.device-plugin"] == labels["gpuop.dev/deploy.node-labeller"] == "true"
+    assert "gpuop.dev/deploy.metrics-exporter" not in labels  # no stage-2 pod is Ready yet
+    dc = kube.get(DEVICECONFIGS, "all", "gpu-operator")
+    ready = next(c for c in dc["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RolloutInProgress")

@@ -84,6 +84,11 @@ class WatchCache:
         return self._synced.wait(timeout)
 
     @property
+    def alive(self) -> bool:
+        """The watch thread runs (it only ends on stop())."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def synced(self) -> bool:
         return self._synced.is_set()
 

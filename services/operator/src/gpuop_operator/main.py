@@ -85,10 +85,11 @@ def run(ctx: ServiceContext[OperatorSettings]) -> int:
     )
     reconciler.start_watches()
     ctx.probes.add_readiness_check("caches-synced", reconciler.synced)
+    ctx.probes.add_liveness_check("watches", reconciler.watches_alive)
     ctx.probes.set_ready(True)
     try:
         if s.once:
-            if not all(c.wait_synced(s.sync_timeout) for c in (reconciler.deviceconfigs, reconciler.nodes)):
+            if not reconciler.wait_synced(s.sync_timeout):
                 log.error("caches did not sync", extra={"timeout": s.sync_timeout})
                 return 1
             reconciler.leading.set()

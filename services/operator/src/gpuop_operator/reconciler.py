@@ -124,6 +124,14 @@ class Reconciler:
     def synced(self) -> bool:
         return all(cache.synced for cache in self._caches)
 
+    def wait_synced(self, timeout: float) -> bool:
+        """Block until every cache has listed once (a pass on partial caches would plan wrongly)."""
+        deadline = time.monotonic() + timeout
+        return all(cache.wait_synced(max(0.0, deadline - time.monotonic())) for cache in self._caches)
+
+    def watches_alive(self) -> bool:
+        return all(cache.alive for cache in self._caches)
+
     def run(self, stopping: Callable[[float], bool], *, tick: float = 0.5) -> None:
         """Reconcile whenever something changed (or every resync_interval) until `stopping(t)` is True.
 
