@@ -1,9 +1,11 @@
-"""ProbeServer: /healthz, /readyz flips, /metrics from a custom registry, thread and loop modes."""
+"""ProbeServer: /healthz, /readyz flips, /metrics from a registry or a pre-rendered body, keep-alive,
+thread and loop modes."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import http.client
 import socket
 import urllib.error
 import urllib.request
@@ -154,3 +156,43 @@ def test_metrics_source_needs_the_prerendered_mode_and_options_are_checked() -> 
 )  # fmt: skip
 def test_wants_gzip(header: str, expected: bool) -> None:
     assert wants_gzip(header) is expected
+
+
+def test_keep_alive_serves_many_requests_on_one_connection() -> None:
+    with ProbeServer("127.0.0.1", 0, ready=True) as probes:
+        connection = http.client.HTTPConnection("127.0.0.1", probes.port, timeout=5)
+        try:
+            answers, sockets = [], []
+            for path in ("/healthz", "/readyz", "/nowhere", "/healthz?verbose=1"):
+                connection.request("GET", path)
+                response = connection.getresponse()
+                answers.append((response.status, response.read()))
+                sockets.append(connection.sock)
+            assert all(sock is sockets[0] for sock in sockets)  # never reconnected: kept alive
+            connection.request("HEAD", "/healthz")
+            head = connection.getresponse()
+            assert (head.status, head.getheader("Content-Length"), head.read()) == (200, "3", b"")
+        finally:
+            connection.close()
+    assert answers == [(200, b"ok\n"), (200, b"ok\n"), (404, b"not found\n"), (200, b"ok\n")]
+
+
+def test_a_raising_metrics_source_is_a_500_and_the_server_keeps_serving() -> None:
+    def broken(_gzip: bool) -> bytes:
+        raise RuntimeError("snapshot bug")
+
+    with ProbeServer("127.0.0.1", 0, prerendered_metrics=True) as probes:
+        probes.set_metrics_source(broken)
+        assert _get(f"{probes.url}/metrics") == (500, "internal error\n")
+        assert _get(f"{probes.url}/healthz") == (200, "ok\n")
+
+
+def test_stop_releases_the_port_for_a_restart() -> None:
+    probes = ProbeServer("127.0.0.1", 0)
+    probes.start_in_thread()
+    port = probes.port
+    probes.stop_thread()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    with ProbeServer("127.0.0.1", port) as again:
+        assert _get(f"{again.url}/healthz") == (200, "ok\n")
