@@ -97,7 +97,9 @@ def api_client_for(cluster: SimCluster, pool: int = 16) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-def start_operator(cluster: SimCluster, *, loop: bool = True, timeout: float = 10.0) -> RunningOperator:
+def start_operator(
+    cluster: SimCluster, *, loop: bool = True, timeout: float = 10.0, leading: bool = True
+) -> RunningOperator:
     api = api_client_for(cluster)
     reconciler = Reconciler(
         KubeJson(api, timeout=timeout),
@@ -105,9 +107,9 @@ def start_operator(cluster: SimCluster, *, loop: bool = True, timeout: float = 1
         events=EventRecorder(api, component="gpuop-operator", host="test"),
     )
     reconciler.start_watches()
-    for cache in (reconciler.deviceconfigs, reconciler.nodes, reconciler.pods):
-        assert cache.wait_synced(20)
-    reconciler.leading.set()
+    assert reconciler.wait_synced(20)
+    if leading:
+        reconciler.leading.set()
     stop_event = threading.Event()
 
     def stopping(timeout: float) -> bool:

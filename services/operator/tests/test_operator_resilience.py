@@ -189,8 +189,7 @@ def test_only_the_leader_acts(kit: Any) -> None:
         kit.install_operands(cluster.api())
         replicas, stoppings = [], []
         for identity in ("replica-a", "replica-b"):
-            op = kit.start_operator(cluster)
-            op.reconciler.leading.clear()
+            op = kit.start_operator(cluster, leading=False)
             stopping = Stopping()
             elector = LeaderElector(
                 op.api,
