@@ -140,6 +140,8 @@ class WatchCache:
             except WatchExpiredError:
                 version = ""
             except Exception as exc:
+                if self._stop.is_set():
+                    return  # stop() shut the stream down under us
                 # Whatever broke the stream (HTTP error, dropped connection, a malformed event),
                 # the cache must recover by relisting rather than silently going stale.
                 expected = isinstance(exc, (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError))
