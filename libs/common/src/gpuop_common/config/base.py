@@ -31,7 +31,7 @@ class ConfigModel(BaseModel):
 ImageRef = Annotated[
     str,
     Field(
-        pattern=r"^$|^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$",
+        pattern=r"^$|^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$",
         max_length=512,
     ),
 ]
