@@ -7,6 +7,7 @@ enqueue a key and reconcile the whole object from the cache, so lost or coalesce
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -50,7 +51,9 @@ class Informer:
             # Repeat: a watch request still being opened has no socket to shut down yet.
             stream = self._stream
             if stream is not None:
-                stream.stop()
+                # The open urllib3 response: shutting its socket down ends the blocked read now.
+                with contextlib.suppress(Exception):
+                    stream.shutdown()
             self._thread.join(timeout=0.05)
 
     def wait_synced(self, timeout: float = 10.0) -> bool:
@@ -125,9 +128,10 @@ class Informer:
                     resource_version = self._relist()
                 for event in self.rest.watch(
                     self.resource,
+                    None,
                     resource_version,
-                    timeout_seconds=self._watch_timeout,
-                    on_stream=self._remember_stream,
+                    self._watch_timeout,
+                    on_open=self._remember_stream,
                 ):
                     if self._stop.is_set():
                         break
