@@ -152,6 +152,14 @@ def test_exporters_started_only_after_stage_two_was_ready_on_their_node(cluster:
         assert exporter >= ready_at[(node.name, "node-labeller")], node.name
 
 
+def log_tail(cluster: SimCluster, pod: dict[str, Any], container: str) -> str:
+    """The end of a container's log, so a failed assertion says why it restarted."""
+    try:
+        return cluster.pod_log(NAMESPACE, pod["metadata"]["name"], container)[-2000:]
+    except FileNotFoundError as missing:
+        return str(missing)
+
+
 @pytest.mark.slow
 def test_spec_change_reaches_the_configmaps_without_restarting_agents(cluster: SimCluster) -> None:
     cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready")
@@ -171,9 +179,13 @@ def test_spec_change_reaches_the_configmaps_without_restarting_agents(cluster: S
     cluster.wait_for(lambda: all_ready(cluster), timeout=60, what="still Ready")
     after = api.list(PODS, NAMESPACE)[0]
     assert {p["metadata"]["uid"] for p in after} == before
-    assert all(
-        cs.get("restartCount", 0) == 0 for p in after for cs in p["status"].get("containerStatuses") or []
-    )
+    restarted = {
+        f"{p['metadata']['name']}/{cs['name']}": (cs.get("lastState"), log_tail(cluster, p, cs["name"]))
+        for p in after
+        for cs in p["status"].get("containerStatuses") or []
+        if cs.get("restartCount", 0)
+    }
+    assert not restarted, restarted
 
 
 @pytest.mark.slow

@@ -23,8 +23,16 @@ def resolve_port(port: Any, container: Mapping[str, Any]) -> int | None:
     return None
 
 
+# Every simulated node's agents share the same two cores, so a probe that a real kubelet would give
+# 1 s can starve while another "node" starts up; failing it would restart a healthy agent. The sim
+# therefore waits at least this long (capped at the pod's own value when that is longer, up to 10 s).
+MIN_PROBE_TIMEOUT_S = 5.0
+MAX_PROBE_TIMEOUT_S = 10.0
+
+
 def probe_timeout(probe: Mapping[str, Any]) -> float:
-    return float(min(max(int(probe.get("timeoutSeconds") or 1), 1), 5))
+    requested = float(probe.get("timeoutSeconds") or 1)
+    return min(max(requested, MIN_PROBE_TIMEOUT_S), MAX_PROBE_TIMEOUT_S)
 
 
 def run_probe(
