@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 from gpuop_sim import helm
-from gpuop_sim.cluster import SimCluster, SimNode, node_address, profile_vendor
+from gpuop_sim.cluster import SimCluster
 from gpuop_sim.workloads.kubeapi import CONFIGMAPS, DAEMONSETS, NAMESPACES, KubeRest, Resource
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,21 +35,6 @@ CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomR
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
 SERVICEACCOUNTS = Resource("v1", "serviceaccounts", "ServiceAccount")
 _RESULTS: dict[int, dict[str, float]] = {}
-
-
-class _RootlessCluster(SimCluster):
-    """A SimCluster whose nodes have no host root on disk: enough for `stub` pods."""
-
-    def _build_nodes(self) -> list[SimNode]:
-        nodes, per_vendor = [], dict[str, int]()
-        for index, profile in enumerate(self.profiles):
-            vendor = profile_vendor(profile)
-            number = per_vendor.get(vendor, 0)
-            per_vendor[vendor] = number + 1
-            name = f"{vendor}-{number}"
-            root = self.state_dir / "nodes" / name
-            nodes.append(SimNode(name, profile, vendor, 8, root, node_address(index)))
-        return nodes
 
 
 def _install_operands(rest: KubeRest) -> None:
@@ -103,7 +88,7 @@ def _ready(rest: KubeRest, size: int) -> bool:
 
 
 def measure(size: int) -> dict[str, float]:
-    with _RootlessCluster(amd_nodes=size // 2, nvidia_nodes=size - size // 2, pods="stub") as cluster:
+    with SimCluster(amd_nodes=size // 2, nvidia_nodes=size - size // 2, pods="stub") as cluster:
         rest, server = cluster.api(), cluster.server
         assert server is not None
         _install_operands(rest)

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpuop_sim.apiserver import SimApiServer
 from gpuop_sim.kubelet import KubeletEmulator
-from gpuop_sim.nodes import build_node_root
+from gpuop_sim.nodes import NodeRootInfo, build_node_root
 from gpuop_sim.workloads.kubeapi import NODES, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
@@ -141,6 +141,7 @@ class SimCluster:
         kubeconfig: str | Path | None = None,
         image_commands: Mapping[str, list[str]] | None = None,
         device_plugins: bool | None = None,
+        node_roots: bool | None = None,
         max_grace_seconds: float = 3.0,
         scripts_dir: Path | None = None,
     ) -> None:
@@ -160,6 +161,13 @@ class SimCluster:
         # Device plugins need one kubelet emulator (gRPC servers) per node: on by default only where
         # pods really run; 1,000 stub nodes would not afford them.
         self._device_plugins = (pods == "process") if device_plugins is None else device_plugins
+        # Each node's own host root matters only where agents really read it; stub nodes of one
+        # profile share a single root (laying 1,000 roots costs over a minute, deleting them more).
+        self._node_roots = (pods == "process") if node_roots is None else node_roots
+        if self._device_plugins and not self._node_roots:
+            raise ValueError(
+                "device_plugins needs node_roots: each node's kubelet sockets live in its own root"
+            )
         self._max_grace = max_grace_seconds
         self._scripts_dir = scripts_dir or Path(sys.executable).parent
         self.nodes: list[SimNode] = []
@@ -201,13 +209,20 @@ class SimCluster:
     def _build_nodes(self) -> list[SimNode]:
         nodes = []
         per_vendor: dict[str, int] = {}
+        shared: dict[str, tuple[Path, NodeRootInfo]] = {}
         for index, profile in enumerate(self.profiles):
             vendor = profile_vendor(profile)
             number = per_vendor.get(vendor, 0)
             per_vendor[vendor] = number + 1
             name = f"{vendor}-{number}"
-            root = self.state_dir / "nodes" / name
-            info = build_node_root(profile, root, node_name=name)
+            if self._node_roots:
+                root = self.state_dir / "nodes" / name
+                info = build_node_root(profile, root, node_name=name)
+            else:
+                if profile not in shared:
+                    shared_root = self.state_dir / "profiles" / profile
+                    shared[profile] = (shared_root, build_node_root(profile, shared_root))
+                root, info = shared[profile]
             nodes.append(
                 SimNode(
                     name=name,
