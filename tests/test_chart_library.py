@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 from gpuop_sim import helm
@@ -95,10 +94,6 @@ def chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return sample
 
 
-def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    return next(d for d in docs if d["kind"] == kind)
-
-
 def test_library_chart_lints() -> None:
     assert helm.lint(ROOT / "charts" / "gpuop-lib").returncode == 0
 
@@ -108,24 +103,22 @@ def test_standalone_render_selects_gpu_presence_labels_and_validates(chart: Path
     assert helm.lint(chart).returncode == 0
     docs = helm.template(chart, release="demo", kube_version=kube_version)
     assert helm.validate_manifests(docs, kube_version) == []
-    pod = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    keys = [t["matchExpressions"][0]["key"] for t in terms["nodeSelectorTerms"]]
-    assert keys == [
+    pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert helm.presence_label_keys(pod) == [
         "feature.node.kubernetes.io/pci-1002.present",
         "feature.node.kubernetes.io/pci-10de.present",
     ]
     assert "nodeSelector" not in pod
     assert pod["containers"][0]["image"] == "gpuop/gpuop-sample-agent:0.1.0"
     assert pod["securityContext"]["runAsNonRoot"] is True
-    config = by_kind(docs, "ConfigMap")
+    config = helm.first_of_kind(docs, "ConfigMap")
     assert config["metadata"]["name"] == "demo-sample-agent-config"
     assert config["data"]["config.yaml"].strip() == "intervalSeconds: 60"
 
 
 def test_operator_managed_render_selects_the_deploy_label(chart: Path) -> None:
     docs = helm.template(chart, values=["operatorManaged=true"])
-    pod = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpuop.dev/deploy.sample-agent": "true"}
     assert "affinity" not in pod
 
@@ -139,6 +132,6 @@ def test_global_registry_and_pull_secrets_apply(chart: Path) -> None:
             "image.tag=1.2.3",
         ],
     )
-    pod = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == "registry.example.com/gpuop/gpuop-sample-agent:1.2.3"
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]

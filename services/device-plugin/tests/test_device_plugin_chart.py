@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -21,10 +20,6 @@ def _dependencies() -> None:
     helm.dependency_build(CHART)
 
 
-def kind(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    return next(d for d in docs if d["kind"] == name)
-
-
 def test_lints_strict() -> None:
     assert helm.lint(CHART).returncode == 0
 
@@ -34,11 +29,8 @@ def test_standalone_render_validates_and_selects_gpu_nodes(kube_version: str) ->
     docs = helm.template(CHART, release="gpuop", kube_version=kube_version)
     assert helm.validate_manifests(docs, kube_version) == []
     assert sorted(d["kind"] for d in docs) == ["ConfigMap", "DaemonSet", "ServiceAccount"]  # no RBAC needed
-    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"
-    ]
-    assert [t["matchExpressions"][0]["key"] for t in terms] == [
+    pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert helm.presence_label_keys(pod) == [
         "feature.node.kubernetes.io/pci-1002.present",
         "feature.node.kubernetes.io/pci-10de.present",
     ]
@@ -57,13 +49,15 @@ def test_standalone_render_validates_and_selects_gpu_nodes(kube_version: str) ->
     assert volumes["device-plugins"]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
     assert "--socket-dir=/var/lib/kubelet/device-plugins" in container["args"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
-    config = DevicePluginConfig.model_validate(yaml.safe_load(kind(docs, "ConfigMap")["data"]["config.yaml"]))
+    config = DevicePluginConfig.model_validate(
+        yaml.safe_load(helm.first_of_kind(docs, "ConfigMap")["data"]["config.yaml"])
+    )
     assert config == DevicePluginConfig()
 
 
 def test_operator_managed_render_selects_the_deploy_label() -> None:
     docs = helm.template(CHART, values=["operatorManaged=true"])
-    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpuop.dev/deploy.device-plugin": "true"}
     assert "affinity" not in pod
 
@@ -71,11 +65,11 @@ def test_operator_managed_render_selects_the_deploy_label() -> None:
 def test_nvidia_runtime_class_asks_for_the_driver_library() -> None:
     docs = helm.template(CHART, values=["runtimeClassName=nvidia"])
     assert helm.validate_manifests(docs, "1.35.0") == []
-    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
     assert pod["runtimeClassName"] == "nvidia"
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
-    standalone = kind(helm.template(CHART), "DaemonSet")["spec"]["template"]["spec"]
+    standalone = helm.first_of_kind(helm.template(CHART), "DaemonSet")["spec"]["template"]["spec"]
     assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in standalone["containers"][0]["env"]}
 
 
@@ -84,7 +78,7 @@ def test_custom_kubelet_dir_and_nvidia_privileges() -> None:
         CHART, values=["kubeletSocketPath=/var/lib/k0s/kubelet/device-plugins", "privileged=true"]
     )
     assert helm.validate_manifests(docs, "1.35.0") == []
-    (container,) = kind(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    (container,) = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     assert "--socket-dir=/var/lib/k0s/kubelet/device-plugins" in container["args"]
     assert container["securityContext"]["privileged"] is True
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -22,10 +21,6 @@ def _dependencies() -> None:
     helm.dependency_build(CHART)
 
 
-def kind(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    return next(d for d in docs if d["kind"] == name)
-
-
 def test_lints_strict() -> None:
     assert helm.lint(CHART).returncode == 0
 
@@ -36,11 +31,8 @@ def test_standalone_render_validates_and_selects_gpu_nodes(kube_version: str) ->
     assert helm.validate_manifests(docs, kube_version) == []
     # No Role/ClusterRole: pod names come from the kubelet socket, not the API server.
     assert sorted(d["kind"] for d in docs) == ["ConfigMap", "DaemonSet", "Service", "ServiceAccount"]
-    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"
-    ]
-    assert [t["matchExpressions"][0]["key"] for t in terms] == [
+    pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert helm.presence_label_keys(pod) == [
         "feature.node.kubernetes.io/pci-1002.present",
         "feature.node.kubernetes.io/pci-10de.present",
     ]
@@ -59,18 +51,18 @@ def test_standalone_render_validates_and_selects_gpu_nodes(kube_version: str) ->
     assert mounts["pod-resources"]["readOnly"] is True
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["pod-resources"]["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
-    service = kind(docs, "Service")["spec"]
+    service = helm.first_of_kind(docs, "Service")["spec"]
     assert service["ports"] == [{"name": "metrics", "port": 5000, "targetPort": "metrics", "protocol": "TCP"}]
     assert service["internalTrafficPolicy"] == "Local"
     config = MetricsExporterConfig.model_validate(
-        yaml.safe_load(kind(docs, "ConfigMap")["data"]["config.yaml"])
+        yaml.safe_load(helm.first_of_kind(docs, "ConfigMap")["data"]["config.yaml"])
     )
     assert config == MetricsExporterConfig()
 
 
 def test_operator_managed_render_selects_the_deploy_label() -> None:
     docs = helm.template(CHART, values=["operatorManaged=true", "enabled=true"])
-    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpuop.dev/deploy.metrics-exporter": "true"}
     assert "affinity" not in pod
 
@@ -78,12 +70,12 @@ def test_operator_managed_render_selects_the_deploy_label() -> None:
 def test_dcgm_port_and_no_pod_attribution_run_non_root() -> None:
     docs = helm.template(CHART, values=["config.port=9400", "podAttribution=false", "service.type=NodePort"])
     assert helm.validate_manifests(docs, "1.35.0") == []
-    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
     assert container["ports"][0]["containerPort"] == 9400
     assert "pod-resources" not in {m["name"] for m in container["volumeMounts"]}
-    service = kind(docs, "Service")["spec"]
+    service = helm.first_of_kind(docs, "Service")["spec"]
     assert service["type"] == "NodePort" and service["externalTrafficPolicy"] == "Local"
 
 
@@ -92,11 +84,13 @@ def test_service_monitor_only_where_the_api_exists() -> None:
     without = helm.template(CHART, values=values)
     assert "ServiceMonitor" not in {d["kind"] for d in without}
     docs = helm.template(CHART, values=values, api_versions=[SERVICE_MONITOR_API])
-    monitor = kind(docs, "ServiceMonitor")
+    monitor = helm.first_of_kind(docs, "ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == "metrics" and endpoint["interval"] == "15s" and endpoint["honorLabels"] is True
-    assert monitor["spec"]["selector"]["matchLabels"] == kind(docs, "Service")["spec"]["selector"]
+    assert (
+        monitor["spec"]["selector"]["matchLabels"] == helm.first_of_kind(docs, "Service")["spec"]["selector"]
+    )
     builtin = [d for d in docs if d["kind"] != "ServiceMonitor"]
     assert helm.validate_manifests(builtin, "1.35.0") == []
     # Off by default even where the API exists.

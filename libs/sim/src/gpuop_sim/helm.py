@@ -191,3 +191,17 @@ def kubectl_install(
     if rest:
         _kubectl(kubeconfig, ["-n", namespace, *apply], yaml.safe_dump_all(rest))
     return install_time
+
+
+def first_of_kind(manifests: Sequence[Manifest], kind: str) -> Manifest:
+    """The first rendered object of `kind`; a clear error naming what was rendered when absent."""
+    for doc in manifests:
+        if doc.get("kind") == kind:
+            return doc
+    raise ChartError(f"no {kind} rendered (got: {sorted({str(d.get('kind')) for d in manifests})})")
+
+
+def presence_label_keys(pod_spec: Mapping[str, Any]) -> list[str]:
+    """Label keys of a pod spec's required node-affinity terms (a standalone chart's GPU selection)."""
+    required = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return [term["matchExpressions"][0]["key"] for term in required["nodeSelectorTerms"]]
