@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -62,8 +63,13 @@ class SimNode:
 
 
 def node_address(index: int) -> str:
-    """Loopback address of node `index`: 127.10.0.1, 127.10.0.2, ... (254 per /24)."""
-    return f"127.10.{index // 254}.{index % 254 + 1}"
+    """Loopback address of node `index`: 127.10.0.1, 127.10.0.2, ... (254 per /24).
+
+    GPUOP_SIM_NODE_NET (default `127.10`) moves the /16, so two process-mode clusters on one
+    machine (two checkouts testing at once) don't fight over the same pod ports.
+    """
+    net = os.environ.get("GPUOP_SIM_NODE_NET", "127.10")
+    return f"{net}.{index // 254}.{index % 254 + 1}"
 
 
 def profile_vendor(profile: str) -> str:
