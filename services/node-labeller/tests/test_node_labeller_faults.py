@@ -10,7 +10,7 @@ import pytest
 from gpuop_common.gpu import GpuDevice, open_backends
 from gpuop_node_labeller import labels_for
 from gpuop_sim.nodes import NodeRootInfo, set_garbage, vanish_gpu
-from gpuop_sim.nodes.faults import amd_device_dir
+from gpuop_sim.nodes.faults import amd_device_dir, remove_file
 
 NodeGpus = Callable[..., tuple[NodeRootInfo, list[GpuDevice]]]
 
@@ -79,6 +79,40 @@ def test_garbage_driver_version_drops_the_driver_labels(
         "gpuop.dev/gpu.driver-version",
     }
     assert all(labels[k] == v for k, v in good.items() if k in labels)
+
+
+def test_garbage_srcversion_drops_only_the_src_version_label(
+    node_gpus: NodeGpus, caplog: pytest.LogCaptureFixture
+) -> None:
+    info, gpus = node_gpus("amd-mi210x8")
+    good = labels_for(gpus)
+    assert good["amd.com/gpu.driver-src-version"]
+    set_garbage(info.root, "sys/module/amdgpu/srcversion", "../../etc/passwd\n")
+    with caplog.at_level(logging.WARNING):
+        labels = labels_for(read(info))
+    assert logged(caplog, "/sys/module/amdgpu/srcversion")
+    assert {k for k in good if k not in labels} == {"amd.com/gpu.driver-src-version"}
+    assert all(labels[k] == v for k, v in good.items() if k in labels)
+
+
+def test_missing_srcversion_skips_only_that_label(node_gpus: NodeGpus) -> None:
+    """The in-tree amdgpu may lack srcversion: the module file and every device's copy are gone."""
+    info, gpus = node_gpus("amd-mi210x8")
+    good = labels_for(gpus)
+    remove_file(info.root, "sys/module/amdgpu/srcversion")
+    for bdf in info.pci_addresses:
+        path = amd_device_dir(info.root, bdf) / "driver/module/srcversion"
+        remove_file(info.root, str(path.relative_to(info.root)))
+    labels = labels_for(read(info))
+    assert good.keys() - labels.keys() == {"amd.com/gpu.driver-src-version"}
+    assert all(labels[k] == v for k, v in good.items() if k in labels)
+
+
+def test_srcversion_falls_back_to_the_device_driver_module(node_gpus: NodeGpus) -> None:
+    info, gpus = node_gpus("amd-single")
+    good = labels_for(gpus)
+    remove_file(info.root, "sys/module/amdgpu/srcversion")
+    assert labels_for(read(info)) == good
 
 
 def test_vanished_gpu_is_relabelled_and_restored(node_gpus: NodeGpus) -> None:

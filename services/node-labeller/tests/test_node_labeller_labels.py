@@ -8,6 +8,7 @@ import pytest
 from gpuop_common.gpu import GpuDevice
 from gpuop_node_labeller import LabelOptions, labels_for
 from gpuop_sim.nodes import NodeRootInfo
+from gpuop_sim.nodes.amd_root import AMDGPU_SRCVERSION
 
 NodeGpus = Callable[..., tuple[NodeRootInfo, list[GpuDevice]]]
 
@@ -34,6 +35,7 @@ MI210X8 = amd_expected(
     dict.fromkeys(["family", "device-id", "product-name", "vram", "simd-count", "cu-count"], 8),
     {
         "amd.com/gpu.driver-version": "6.10.5",
+        "amd.com/gpu.driver-src-version": AMDGPU_SRCVERSION,
         "amd.com/gpu.compute-partitioning-supported": "false",
         "amd.com/gpu.memory-partitioning-supported": "false",
         "gpuop.dev/gpu.present": "true",
@@ -62,6 +64,7 @@ MI300X_SPX = amd_expected(
     dict.fromkeys(["family", "device-id", "product-name", "vram", "simd-count", "cu-count"], 8),
     {
         "amd.com/gpu.driver-version": "6.10.5",
+        "amd.com/gpu.driver-src-version": AMDGPU_SRCVERSION,
         "amd.com/gpu.compute-memory-partition": "spx_nps1",
         "amd.com/gpu.compute-partitioning-supported": "true",
         "amd.com/gpu.memory-partitioning-supported": "true",
@@ -96,6 +99,7 @@ MI300X_CPX = amd_expected(
         "beta.amd.com/gpu.vram.24G": "56",
         "beta.amd.com/gpu.vram.27G": "7",
         "amd.com/gpu.driver-version": "6.10.5",
+        "amd.com/gpu.driver-src-version": AMDGPU_SRCVERSION,
         "amd.com/gpu.compute-memory-partition": "cpx_nps4",
         "amd.com/gpu.compute-partitioning-supported": "true",
         "amd.com/gpu.memory-partitioning-supported": "true",
@@ -126,6 +130,7 @@ SINGLE_MI25 = amd_expected(
     dict.fromkeys(["family", "device-id", "product-name", "vram", "simd-count", "cu-count"], 1),
     {
         "amd.com/gpu.driver-version": "5.18.13",
+        "amd.com/gpu.driver-src-version": AMDGPU_SRCVERSION,
         "amd.com/gpu.compute-partitioning-supported": "false",
         "amd.com/gpu.memory-partitioning-supported": "false",
         "gpuop.dev/gpu.present": "true",

@@ -125,5 +125,8 @@ def amd_labels(gpus: Sequence[GpuDevice], options: LabelOptions) -> dict[str, st
     driver = _single(value_or_none(g.driver_version) for g in amd)
     if driver:
         labels[f"{PREFIX}/gpu.driver-version"] = driver
+    src_version = _single(value_or_none(g.driver_src_version) for g in amd)
+    if src_version:
+        labels[f"{PREFIX}/gpu.driver-src-version"] = src_version
     labels.update(_partition_labels(amd))
     return labels

@@ -1,4 +1,5 @@
-"""Checks on the free-text facts the backends pass through unparsed (partition modes, driver versions).
+"""Checks on the free-text facts the backends pass through unparsed (partition modes, driver versions,
+module srcversion).
 
 The backends parse numbers and log a bad file themselves; text files (`current_compute_partition`,
 `module/version`) arrive as read. A garbage value must not become a label, so it is dropped here with
@@ -19,6 +20,8 @@ AMD_COMPUTE_MODES = frozenset({"SPX", "DPX", "TPX", "QPX", "CPX"})
 AMD_MEMORY_MODE = re.compile(r"^NPS[1-8]$")
 NVIDIA_COMPUTE_MODES = frozenset({"none", "mig"})
 _VERSION = re.compile(r"^[0-9][0-9A-Za-z._+-]{0,62}$")
+# modpost writes srcversion as the upper-case hex of an MD4 digest cut to 23 characters.
+_SRC_VERSION = re.compile(r"^[0-9A-F]{1,32}$")
 
 
 def _reject(gpu: GpuDevice, source: str, value: str, what: str) -> None:
@@ -56,6 +59,13 @@ def _version_ok(gpu: GpuDevice, version: str) -> bool:
     return False
 
 
+def _src_version_ok(gpu: GpuDevice, value: str) -> bool:
+    if _SRC_VERSION.match(value):
+        return True
+    _reject(gpu, "/sys/module/amdgpu/srcversion", value, "a module srcversion")
+    return False
+
+
 def _source(gpu: GpuDevice, name: str) -> str:
     return f"/sys/bus/pci/devices/{gpu.pci_address}/{name}"
 
@@ -71,6 +81,9 @@ def checked(gpu: GpuDevice) -> GpuDevice:
     version = gpu.driver_version
     if version is not None and not _version_ok(gpu, version):
         version = None
-    if state is gpu.partition and version == gpu.driver_version:
+    src_version = gpu.driver_src_version
+    if src_version is not None and not _src_version_ok(gpu, src_version):
+        src_version = None
+    if (state, version, src_version) == (gpu.partition, gpu.driver_version, gpu.driver_src_version):
         return gpu
-    return dataclasses.replace(gpu, partition=state, driver_version=version)
+    return dataclasses.replace(gpu, partition=state, driver_version=version, driver_src_version=src_version)

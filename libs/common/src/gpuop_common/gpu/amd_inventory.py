@@ -155,11 +155,12 @@ def _links(source: AmdGpuSource, owner: dict[int, str], own_id: str) -> tuple[Gp
     return tuple(result)
 
 
-def _driver_version(root: Path, device_dir: Path | None) -> str | None:
-    version = _text(root / "sys/module/amdgpu/version")
-    if version is None and device_dir is not None:
-        version = _text(device_dir / "driver/module/version")
-    return version
+def _module_attr(root: Path, device_dir: Path | None, name: str) -> str | None:
+    """`version` / `srcversion` of the loaded amdgpu module (the in-tree module may lack them)."""
+    value = _text(root / "sys/module/amdgpu" / name)
+    if value is None and device_dir is not None:
+        value = _text(device_dir / "driver/module" / name)
+    return value
 
 
 def discover_sources(
@@ -178,9 +179,11 @@ def build_inventory(
     sources, drm = discover_sources(root, cache)
     ids = [_unique_id(s.device_dir, s.kfd_nodes, s.bdf) for s in sources]
     owner = {node.index: gpu_id for gpu_id, s in zip(ids, sources, strict=True) for node in s.kfd_nodes}
-    driver = _driver_version(root, sources[0].device_dir) if sources else None
+    first_dir = sources[0].device_dir if sources else None
+    driver = _module_attr(root, first_dir, "version") if sources else None
+    src_version = _module_attr(root, first_dir, "srcversion") if sources else None
     devices = [
-        _build_one(index, gpu_id=gpu_id, source=source, drm=drm, owner=owner, driver=driver)
+        _build_one(index, gpu_id=gpu_id, source=source, drm=drm, owner=owner, driver=(driver, src_version))
         for index, (gpu_id, source) in enumerate(zip(ids, sources, strict=True))
     ]
     return devices, sources
@@ -193,7 +196,7 @@ def _build_one(
     source: AmdGpuSource,
     drm: DrmInventory,
     owner: dict[int, str],
-    driver: str | None,
+    driver: tuple[str | None, str | None],
 ) -> GpuDevice:
     ddir, nodes = source.device_dir, source.kfd_nodes
     first = nodes[0] if nodes else None
@@ -238,7 +241,8 @@ def _build_one(
         vram_total_bytes=vram,
         compute_units=sum(cus) if cus else None,
         simd_count=sum(simds) or None,
-        driver_version=driver,
+        driver_version=driver[0],
+        driver_src_version=driver[1],
         vbios_version=_text(ddir / "vbios_version") if ddir is not None else None,
         serial=_text(ddir / "serial_number") if ddir is not None else None,
         numa_node=_numa(ddir),

@@ -142,6 +142,7 @@ class GpuDevice:
     compute_units: int | None = None  # AMD CUs, NVIDIA multiprocessor count when known
     simd_count: int | None = None
     driver_version: str | None = None
+    driver_src_version: str | None = None  # AMD amdgpu module srcversion (modpost's source checksum)
     cuda_driver_version: str | None = None
     vbios_version: str | None = None
     serial: str | None = None

@@ -13,6 +13,8 @@ from pathlib import Path
 from gpuop_common.gpu.amd_topology import KfdNode, group_by_gpu, read_topology
 
 PCI_ROOT = Path("sys/devices/pci0000:00")
+# The amdgpu module's `srcversion` on every simulated host (23 upper-case hex digits, as modpost writes it).
+AMDGPU_SRCVERSION = "F7C0D5B2A4B3E6D8C9A1B2C"
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,7 @@ def _device_attrs(ddir: Path, board: AmdBoard, index: int, node: KfdNode, numa: 
     for name, value in attrs.items():
         write(ddir / name, value)
     write(ddir / "driver/module/version", board.driver_version)
+    write(ddir / "driver/module/srcversion", AMDGPU_SRCVERSION)
     if board.ras_ue_ce is not None:
         write(ddir / "ras/features", "feature mask: 0x" + f"{(1 << len(board.ras_ue_ce)) - 1:x}")
         for block, (ue, ce) in board.ras_ue_ce.items():
@@ -183,6 +186,6 @@ def lay_amd_drm(dest: Path, board: AmdBoard) -> AmdLayout:
         if len(members) > 1:
             layout.partitions += 1
     write(dest / "sys/module/amdgpu/version", board.driver_version)
-    write(dest / "sys/module/amdgpu/srcversion", "F7C0D5B2A4B3E6D8C9A1B2C")
+    write(dest / "sys/module/amdgpu/srcversion", AMDGPU_SRCVERSION)
     write(dest / "dev/kfd", "")
     return layout
