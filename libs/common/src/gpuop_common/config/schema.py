@@ -5,9 +5,13 @@ a *structural* schema: every node typed, everything inlined, no unions (the only
 the int-or-string form). Optional fields become their inner type: an omitted field is None in the
 model, and the apiserver prunes explicit nulls on non-nullable fields. Unknown fields are pruned by
 the apiserver (or rejected with fieldValidation=Strict); pass `forbid_unknown=True` to get
-`additionalProperties: false` instead, for validating with the `jsonschema` library. Map key
-constraints become CEL `x-kubernetes-validations` rules, which the apiserver enforces and `jsonschema`
-ignores.
+`additionalProperties: false` instead, for validating with the `jsonschema` library.
+
+Map key constraints stay out of the CRD: a structural schema has no `propertyNames`, and a CEL rule
+over every key of a map (`self.all(k, k.matches(...))`) is costed by the real apiserver at the
+largest request size, so the CRD is refused for exceeding the CEL cost budget. The operator's
+pydantic validation checks the keys and reports the field in its InvalidSpec condition. For the
+`jsonschema` form (`forbid_unknown=True`, the Helm values schema) they become `propertyNames`.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ _KEPT_KEYWORDS = (
 _UNSUPPORTED_KEYWORDS = ("exclusiveMinimum", "exclusiveMaximum", "oneOf", "allOf", "not", "multipleOf")
 _INT_OR_STRING = "x-kubernetes-int-or-string"
 _PRESERVE_UNKNOWN = "x-kubernetes-preserve-unknown-fields"
-_VALIDATIONS = "x-kubernetes-validations"
 
 
 class SchemaConversionError(ValueError):
@@ -110,34 +113,31 @@ class _Converter:
                 out["additionalProperties"] = False
         elif isinstance(extra, dict) and extra:
             out["additionalProperties"] = self.convert(extra, f"{path}.*")
-            out.update(_key_rules(node.get("propertyNames", {}), None))
+            out.update(self._key_rules(node.get("propertyNames", {}), None))
         elif node.get("patternProperties"):
             patterns = node["patternProperties"]
             if len(patterns) != 1:
                 raise SchemaConversionError(f"{path}: several key patterns are not structural")
             ((key_pattern, value_schema),) = patterns.items()
             out["additionalProperties"] = self.convert(value_schema, f"{path}.*")
-            out.update(_key_rules(node.get("propertyNames", {}), key_pattern))
+            out.update(self._key_rules(node.get("propertyNames", {}), key_pattern))
         else:
             # dict[str, Any]: genuinely free-form content the apiserver must keep as is.
             out[_PRESERVE_UNKNOWN] = True
         return out
 
 
-def _key_rules(property_names: JsonSchema, key_pattern: str | None) -> JsonSchema:
-    """CRDs have no propertyNames: map key constraints become CEL rules (RE2 regexes, like ours)."""
-    rules = []
-    pattern = key_pattern or property_names.get("pattern")
-    if pattern:
-        rules.append(
-            {"rule": f"self.all(k, k.matches(r'{pattern}'))", "message": f"keys must match {pattern}"}
-        )
-    if "maxLength" in property_names:
-        limit = property_names["maxLength"]
-        rules.append(
-            {"rule": f"self.all(k, size(k) <= {limit})", "message": f"keys must be at most {limit} long"}
-        )
-    return {_VALIDATIONS: rules} if rules else {}
+    def _key_rules(self, property_names: JsonSchema, key_pattern: str | None) -> JsonSchema:
+        """Map key constraints: JSON Schema `propertyNames` for jsonschema; none in a CRD (see above)."""
+        if not self._forbid_unknown:
+            return {}
+        rules: JsonSchema = {}
+        pattern = key_pattern or property_names.get("pattern")
+        if pattern:
+            rules["pattern"] = pattern
+        if "maxLength" in property_names:
+            rules["maxLength"] = property_names["maxLength"]
+        return {"propertyNames": rules} if rules else {}
 
 
 def _enum_type(values: list[Any], path: str) -> str:
@@ -189,7 +189,8 @@ def device_config_openapi_schema(status: JsonSchema | None = None) -> JsonSchema
         "properties": {
             "apiVersion": {"type": "string", "description": "API version of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            # Only `type` (and restrictions on name/generateName) may be set on root metadata.
+            "metadata": {"type": "object"},
             "spec": structural_schema(DeviceConfigSpec),
             "status": status
             if status is not None

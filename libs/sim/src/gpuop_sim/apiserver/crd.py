@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 
+from gpuop_sim.apiserver import crdschema
 from gpuop_sim.apiserver.errors import cause
 from gpuop_sim.apiserver.resources import CRD_VERBS, CustomInfo, ResourceType, Subresource
 from gpuop_sim.apiserver.validation import quote
@@ -38,7 +39,7 @@ def default_crd(crd: JsonObj) -> None:
 
 
 def validate_crd(crd: JsonObj) -> list[JsonObj]:
-    """Structural-schema errors (the subset a chart is likely to hit)."""
+    """The 422 causes for a CRD: names and scope here, structural-schema rules in crdschema."""
     causes: list[JsonObj] = []
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
@@ -61,37 +62,7 @@ def validate_crd(crd: JsonObj) -> list[JsonObj]:
                 "spec.scope",
             )
         )
-    for version in spec.get("versions") or []:
-        schema = ((version.get("schema") or {}).get("openAPIV3Schema")) or None
-        if schema is not None:
-            causes += _structural(schema, "spec.validation.openAPIV3Schema", root=True)
-    return causes
-
-
-def _structural(schema: JsonObj, path: str, *, root: bool = False) -> list[JsonObj]:
-    causes: list[JsonObj] = []
-    if (
-        not root
-        and not schema.get("type")
-        and not (
-            schema.get("x-kubernetes-int-or-string") or schema.get("x-kubernetes-preserve-unknown-fields")
-        )
-    ):
-        causes.append(
-            cause(
-                "FieldValueRequired",
-                "Required value: must not be empty for specified object fields",
-                path + ".type",
-            )
-        )
-    for prop, sub in (schema.get("properties") or {}).items():
-        if isinstance(sub, dict):
-            causes += _structural(sub, f"{path}.properties[{prop}]")
-    if isinstance(schema.get("items"), dict):
-        causes += _structural(schema["items"], path + ".items")
-    if isinstance(schema.get("additionalProperties"), dict):
-        causes += _structural(schema["additionalProperties"], path + ".additionalProperties")
-    return causes
+    return causes + crdschema.crd_problems(crd)
 
 
 def accept_names(crd: JsonObj, others: list[JsonObj]) -> tuple[JsonObj, list[JsonObj]]:
@@ -242,10 +213,10 @@ def prune(value: Any, schema: JsonObj, path: str = "") -> list[str]:
     return unknown
 
 
-def _to_jsonschema(schema: Any) -> Any:
+def to_jsonschema(schema: Any) -> Any:
     """OpenAPI v3 structural schema -> JSON Schema draft 7 (nullable, int-or-string, x- keys)."""
     if isinstance(schema, list):
-        return [_to_jsonschema(s) for s in schema]
+        return [to_jsonschema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
     out: JsonObj = {}
@@ -259,9 +230,9 @@ def _to_jsonschema(schema: Any) -> Any:
         ):
             continue
         if key in ("properties", "patternProperties"):
-            out[key] = {k: _to_jsonschema(v) for k, v in value.items()}
+            out[key] = {k: to_jsonschema(v) for k, v in value.items()}
         else:
-            out[key] = _to_jsonschema(value)
+            out[key] = to_jsonschema(value)
     if schema.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
@@ -299,7 +270,7 @@ def validate_cr(obj: JsonObj, schema: JsonObj, *, only: str | None = None) -> li
     """Schema violations as Kubernetes causes; `only` limits them to one top-level field."""
     body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
     validator = jsonschema.Draft7Validator(
-        _to_jsonschema(
+        to_jsonschema(
             {
                 **schema,
                 "properties": {
@@ -317,11 +288,11 @@ def validate_cr(obj: JsonObj, schema: JsonObj, *, only: str | None = None) -> li
             and not (not path and err.validator == "required")
         ):
             continue
-        causes += _to_causes(err, path)
+        causes += to_causes(err, path)
     return causes
 
 
-def _to_causes(err: jsonschema.ValidationError, path: list[Any]) -> list[JsonObj]:
+def to_causes(err: jsonschema.ValidationError, path: list[Any]) -> list[JsonObj]:
     field = _field(path)
     # status is validated against its own sub-schema, so its messages drop the "status." prefix.
     shown = field[len("status.") :] if field.startswith("status.") else field
