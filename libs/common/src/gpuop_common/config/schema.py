@@ -126,7 +126,6 @@ class _Converter:
             out[_PRESERVE_UNKNOWN] = True
         return out
 
-
     def _key_rules(self, property_names: JsonSchema, key_pattern: str | None) -> JsonSchema:
         """Map key constraints: JSON Schema `propertyNames` for jsonschema; none in a CRD (see above)."""
         if not self._forbid_unknown:

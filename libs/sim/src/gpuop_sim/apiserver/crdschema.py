@@ -21,7 +21,10 @@ import jsonschema
 from gpuop_sim.apiserver.errors import cause
 
 JsonObj = dict[str, Any]
-_METADATA_FORBIDDEN = "Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified"
+_METADATA_FORBIDDEN = (
+    "Forbidden: must not specify anything other than name and generateName,"
+    " but metadata is implicitly specified"
+)
 
 
 def crd_problems(crd: JsonObj) -> list[JsonObj]:
@@ -62,7 +65,7 @@ def _metadata_problems(schema: JsonObj, path: str) -> list[JsonObj]:
     if not isinstance(metadata, dict):
         return []
     allowed = set(metadata) <= {"type", "properties"} and metadata.get("type", "object") == "object"
-    if set((metadata.get("properties") or {})) - {"name", "generateName"}:
+    if set(metadata.get("properties") or {}) - {"name", "generateName"}:
         allowed = False
     if allowed:
         return []
@@ -71,12 +74,22 @@ def _metadata_problems(schema: JsonObj, path: str) -> list[JsonObj]:
 
 def _node_problems(schema: JsonObj, path: str, *, root: bool = False) -> list[JsonObj]:
     causes: list[JsonObj] = []
-    untyped_ok = schema.get("x-kubernetes-int-or-string") or schema.get("x-kubernetes-preserve-unknown-fields")
+    untyped_ok = schema.get("x-kubernetes-int-or-string") or schema.get(
+        "x-kubernetes-preserve-unknown-fields"
+    )
     if not root and not schema.get("type") and not untyped_ok:
         causes.append(
-            cause("FieldValueRequired", "Required value: must not be empty for specified object fields", path + ".type")
+            cause(
+                "FieldValueRequired",
+                "Required value: must not be empty for specified object fields",
+                path + ".type",
+            )
         )
-    if "properties" in schema and "additionalProperties" in schema and schema["additionalProperties"] is not False:
+    if (
+        "properties" in schema
+        and "additionalProperties" in schema
+        and schema["additionalProperties"] is not False
+    ):
         causes.append(
             cause(
                 "FieldValueForbidden",
@@ -125,7 +138,8 @@ def _list_map_problems(schema: JsonObj, path: str) -> list[JsonObj]:
                 path + ".x-kubernetes-list-map-keys",
             )
         ]
-    items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+    raw_items = schema.get("items")
+    items: JsonObj = raw_items if isinstance(raw_items, dict) else {}
     required = set(items.get("required") or [])
     causes = []
     for key in keys:
