@@ -141,6 +141,10 @@ class PodWorker:
         with self._lock:
             return self._pod
 
+    def earliest_probe_kills(self) -> dict[str, float | None]:
+        """Per running container, the soonest (time.monotonic()) its probes may kill it; None: never."""
+        return {c.state.name: c.probes.earliest_kill() for c in self._containers if c.probes is not None}
+
     # -- main loop -------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
