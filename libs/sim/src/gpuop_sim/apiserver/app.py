@@ -21,7 +21,7 @@ from gpuop_sim.apiserver.subresources import (
     evict_pod,
     finalize_namespace,
     get_scale,
-    scale_of,
+    scale_view,
     write_scale,
 )
 from gpuop_sim.apiserver.watch import WatchHub
@@ -286,7 +286,7 @@ class Router:
         ptype = PATCH_TYPES.get(ctype.split(";", maxsplit=1)[0].strip().lower())
         if ptype not in ("merge", "strategic", "json"):
             raise errors.unsupported_media("415: Unsupported Media Type", {})
-        scale = scale_of(self.core.get(t.rt, ns, t.name).obj)
+        scale = scale_view(t.rt, self.core.get(t.rt, ns, t.name).obj)
         body = decode_body(raw, "application/json", "Scale").value
         patched: Any = None
         try:
