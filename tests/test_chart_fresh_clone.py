@@ -247,3 +247,25 @@ def test_operator_benchmark_installs_the_operands_from_a_fresh_clone(clone: Path
         "gpuop-metrics-exporter",
         "gpuop-node-labeller",
     ]
+
+
+def test_make_charts_passes_on_a_fresh_clone_and_fails_on_a_stale_version(clone: Path) -> None:
+    def make_charts() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "tools/charts.py"],
+            cwd=clone,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
+    done = make_charts()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok      charts/gpu-operator" in done.stdout
+    version = read_version(clone)
+    (clone / "VERSION").write_text("0.0.0-stale\n")
+    done = make_charts()
+    assert done.returncode == 1
+    assert f"charts/operator/Chart.yaml: version is '{version}', VERSION says '0.0.0-stale'" in done.stderr
+    assert "python tools/charts.py versions" in done.stderr
