@@ -140,8 +140,13 @@ def dependency_build(chart: Path) -> None:
     problems = nested_local_dependencies(chart)
     if problems:
         raise ChartError("; ".join(problems))
-    for archive in stale_archives(chart):
-        archive.unlink()
+    # The umbrella packs its file:// subcharts as they are, so clear their leftovers too: an old
+    # gpuop-lib archive there could shadow the library's current templates.
+    folders = [chart, *filter(None, (local_dependency_dir(chart, dep) for dep in dependencies(chart)))]
+    for folder in folders:
+        if (folder / "Chart.yaml").is_file():
+            for archive in stale_archives(folder):
+                archive.unlink()
     result = run_helm(["dependency", "build", str(chart)])
     if result.returncode != 0 and "out of sync" in result.stderr:
         # Chart.lock is git-ignored, so one left from before a version change is stale: re-resolve.
