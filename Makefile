@@ -62,4 +62,4 @@ package: install
 	$(RUN) python tools/charts.py package
 
 clean:
-	rm -rf .venv $(TOOLS) .cache $(BIN)
+	rm -rf .venv $(TOOLS) .cache $(BIN) dist

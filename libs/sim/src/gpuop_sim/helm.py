@@ -288,15 +288,23 @@ def kubectl_install(
     crds = [m for m in install_time if m["kind"] == "CustomResourceDefinition"]
     rest = [m for m in install_time if m["kind"] != "CustomResourceDefinition"]
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    apply = ["apply", "--validate=false", "-f", "-"]
-    _kubectl(kubeconfig, apply, yaml.safe_dump(ns))
-    if crds:
-        _kubectl(kubeconfig, apply, yaml.safe_dump_all(crds))
-        names = [f"crd/{crd['metadata']['name']}" for crd in crds]
-        _kubectl(kubeconfig, ["wait", "--for=condition=Established", *names, "--timeout=60s"])
+    _kubectl(kubeconfig, _APPLY, yaml.safe_dump(ns))
+    kubectl_apply_crds(kubeconfig, crds)
     if rest:
-        _kubectl(kubeconfig, ["-n", namespace, *apply], yaml.safe_dump_all(rest))
+        _kubectl(kubeconfig, ["-n", namespace, *_APPLY], yaml.safe_dump_all(rest))
     return install_time
+
+
+_APPLY = ["apply", "--validate=false", "-f", "-"]
+
+
+def kubectl_apply_crds(kubeconfig: Path, crds: Sequence[Manifest]) -> None:
+    """Apply CRDs and wait until they are Established (until then their kinds have no REST mapping)."""
+    if not crds:
+        return
+    _kubectl(kubeconfig, _APPLY, yaml.safe_dump_all(crds))
+    names = [f"crd/{crd['metadata']['name']}" for crd in crds]
+    _kubectl(kubeconfig, ["wait", "--for=condition=Established", *names, "--timeout=60s"])
 
 
 def first_of_kind(manifests: Sequence[Manifest], kind: str) -> Manifest:
