@@ -134,7 +134,11 @@ def stale_archives(chart: Path) -> list[Path]:
 
 
 def dependency_build(chart: Path) -> None:
-    """`helm dependency build`, exactly as the docs tell a user; ChartError with helm's message."""
+    """`helm dependency build` as the docs tell a user; ChartError with helm's message.
+
+    Only when a Chart.lock left from an earlier build is out of sync (it is git-ignored, so a pull
+    that changes versions leaves it behind) does it re-resolve with `helm dependency update`.
+    """
     if not dependencies(chart):
         return
     problems = nested_local_dependencies(chart)
@@ -149,7 +153,6 @@ def dependency_build(chart: Path) -> None:
                 archive.unlink()
     result = run_helm(["dependency", "build", str(chart)])
     if result.returncode != 0 and "out of sync" in result.stderr:
-        # Chart.lock is git-ignored, so one left from before a version change is stale: re-resolve.
         result = run_helm(["dependency", "update", "--skip-refresh", str(chart)])
     if result.returncode != 0:
         raise ChartError(f"helm dependency build {chart}: {result.stderr.strip()}")
@@ -267,6 +270,9 @@ def _kubectl(kubeconfig: Path, args: Sequence[str], stdin: str | None = None) ->
     return done.stdout
 
 
+_APPLY = ["apply", "--validate=false", "-f", "-"]
+
+
 def kubectl_install(
     kubeconfig: Path,
     chart: Path,
@@ -293,9 +299,6 @@ def kubectl_install(
     if rest:
         _kubectl(kubeconfig, ["-n", namespace, *_APPLY], yaml.safe_dump_all(rest))
     return install_time
-
-
-_APPLY = ["apply", "--validate=false", "-f", "-"]
 
 
 def kubectl_apply_crds(kubeconfig: Path, crds: Sequence[Manifest]) -> None:
