@@ -14,6 +14,8 @@ from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
 from gpuop_sim.apiserver.decode import decode_body, field_validation
 from gpuop_sim.apiserver.errors import ApiError, cause
 from gpuop_sim.apiserver.faults import Faults, RequestRecord, RequestStats, reason_for
+from gpuop_sim.apiserver.logstream import serve_pod_log
+from gpuop_sim.apiserver.podlog import PodLogSource
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.store import dumps
 from gpuop_sim.apiserver.subresources import (
@@ -37,8 +39,8 @@ PATCH_TYPES = {
 }
 
 
-# Subresources with behaviour here; the others in discovery (log, exec, proxy...) answer 405.
-SERVED_SUBRESOURCES = frozenset({"", "status", "scale", "binding", "eviction", "finalize"})
+# Subresources with behaviour here; the others in discovery (exec, attach, proxy...) answer 405.
+SERVED_SUBRESOURCES = frozenset({"", "status", "scale", "binding", "eviction", "finalize", "log"})
 
 
 @dataclass
@@ -56,6 +58,8 @@ class Router:
         self.faults = faults
         self.stats = stats
         self.address = "127.0.0.1:0"
+        # Where pods/log finds container logs; None (a bare API server, no kubelets) serves empty logs.
+        self.pod_logs: PodLogSource | None = None
 
     # ---------------------------------------------------------------- entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -163,6 +167,8 @@ class Router:
             )
         if verb == "watch":
             return await self.hub.serve(request, t.rt, t.namespace, query, self.core.selector(t.rt, query))
+        if verb == "get" and t.subresource == "log":
+            return await serve_pod_log(request, self.core, self.pod_logs, t.namespace or "", t.name)
         if verb in ("list", "get"):
             return await self._read(
                 t, verb, query, wants_table=tables.wants_table(request.headers.get("Accept", ""))
