@@ -15,7 +15,9 @@ from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
 from gpuop_sim.apiserver.decode import decode_body, field_validation
 from gpuop_sim.apiserver.errors import ApiError, cause
 from gpuop_sim.apiserver.faults import Faults, RequestRecord, RequestStats, reason_for
+from gpuop_sim.apiserver.logstream import serve_pod_log
 from gpuop_sim.apiserver.openapi import OpenApi
+from gpuop_sim.apiserver.podlog import PodLogSource
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.store import dumps
 from gpuop_sim.apiserver.subresources import (
@@ -39,8 +41,8 @@ PATCH_TYPES = {
 }
 
 
-# Subresources with behaviour here; the others in discovery (log, exec, proxy...) answer 405.
-SERVED_SUBRESOURCES = frozenset({"", "status", "scale", "binding", "eviction", "finalize"})
+# Subresources with behaviour here; the others in discovery (exec, attach, proxy...) answer 405.
+SERVED_SUBRESOURCES = frozenset({"", "status", "scale", "binding", "eviction", "finalize", "log"})
 
 
 @dataclass
@@ -58,6 +60,8 @@ class Router:
         self.faults = faults
         self.stats = stats
         self.address = "127.0.0.1:0"
+        # Where pods/log finds container logs; None (a bare API server, no kubelets) serves empty logs.
+        self.pod_logs: PodLogSource | None = None
         self.openapi = OpenApi(core.registry)
 
     # ---------------------------------------------------------------- entry
@@ -192,6 +196,8 @@ class Router:
             )
         if verb == "watch":
             return await self.hub.serve(request, t.rt, t.namespace, query, self.core.selector(t.rt, query))
+        if verb == "get" and t.subresource == "log":
+            return await serve_pod_log(request, self.core, self.pod_logs, t.namespace or "", t.name)
         if verb in ("list", "get"):
             return await self._read(
                 t, verb, query, wants_table=tables.wants_table(request.headers.get("Accept", ""))
