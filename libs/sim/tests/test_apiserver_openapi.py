@@ -252,3 +252,17 @@ def test_helm_release_lifecycle(server: SimApiServer, kubeconfig: Path, tmp_path
     )
     assert left.stdout.strip() == ""
     assert _run("kubectl", kubeconfig, "-n", "probe", "get", "cm", "probe-settings").returncode == 1
+
+
+@pytest.mark.slow
+def test_kubectl_diff_shows_a_change_and_nothing_when_equal(kubeconfig: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: difftest, namespace: default}\ndata: {a: '1'}\n"
+    )
+    assert _run("kubectl", kubeconfig, "apply", "-f", str(manifest)).returncode == 0
+    assert _run("kubectl", kubeconfig, "diff", "-f", str(manifest)).returncode == 0
+    manifest.write_text(manifest.read_text().replace("'1'", "'2'"))
+    changed = _run("kubectl", kubeconfig, "diff", "-f", str(manifest))
+    assert changed.returncode == 1, changed.stderr  # 1: differences found
+    assert '-  a: "1"' in changed.stdout and '+  a: "2"' in changed.stdout
