@@ -275,10 +275,9 @@ def test_make_charts_passes_on_a_fresh_clone_and_fails_on_a_stale_version(clone:
 def test_helm_install_client_dry_run_on_a_fresh_clone(clone: Path, name: str, sim_apiserver: Any) -> None:
     """`helm install --dry-run=client`, which Helm 3.17 only runs with a reachable cluster (helm#13144).
 
-    Against the simulated API server: `--disable-openapi-validation` because it serves no OpenAPI
-    document (the objects are validated against the official schemas elsewhere), and the CRD applied
-    first because a client dry run installs no CRDs, so it finds no kind for the DeviceConfigs, as it
-    would on a real cluster. Unlike `helm template`, this renders NOTES.txt.
+    Against the simulated API server, whose OpenAPI documents helm validates every object with, and
+    the CRD applied first because a client dry run installs no CRDs, so it finds no kind for the
+    DeviceConfigs, as it would on a real cluster. Unlike `helm template`, this renders NOTES.txt.
     """
     kubeconfig = sim_apiserver.write_kubeconfig(clone / "kubeconfig")
     crd = helm.template(clone / "charts" / "crds", include_crds=True)
@@ -287,7 +286,7 @@ def test_helm_install_client_dry_run_on_a_fresh_clone(clone: Path, name: str, si
     if helm.chart_meta(chart).get("dependencies"):
         assert helm.run_helm(["dependency", "build", str(chart)]).returncode == 0
     args = ["install", "gpuop", str(chart), "-n", "gpu-operator", "--kubeconfig", str(kubeconfig)]
-    done = helm.run_helm([*args, "--dry-run=client", "--disable-openapi-validation"])
+    done = helm.run_helm([*args, "--dry-run=client"])
     assert done.returncode == 0, done.stderr
     assert "STATUS: pending-install" in done.stdout
     if (chart / "templates" / "NOTES.txt").is_file():

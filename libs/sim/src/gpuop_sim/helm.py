@@ -29,7 +29,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from gpuop_sim.binaries import find_binary
+from gpuop_sim.binaries import MissingBinaryError, find_binary
 
 Manifest = dict[str, Any]
 
@@ -299,6 +299,56 @@ def kubectl_install(
     if rest:
         _kubectl(kubeconfig, ["-n", namespace, *_APPLY], yaml.safe_dump_all(rest))
     return install_time
+
+
+def install(
+    kubeconfig: Path,
+    chart: Path,
+    *,
+    namespace: str,
+    release: str = "gpuop",
+    values: Sequence[str] = (),
+    wait: bool = False,
+    timeout: str = "5m",
+) -> str:
+    """The real `helm install --create-namespace` (hooks, release history); returns helm's output.
+
+    Builds the chart's dependencies first (a fresh clone has none). Raises ChartError with helm's
+    message when the install fails.
+    """
+    dependency_build(chart)
+    args = [
+        "install",
+        release,
+        str(chart),
+        "-n",
+        namespace,
+        "--create-namespace",
+        "--kubeconfig",
+        str(kubeconfig),
+    ]
+    args += [arg for value in values for arg in ("--set", value)]
+    if wait:
+        args += ["--wait", "--timeout", timeout]
+    result = run_helm(args)
+    if result.returncode != 0:
+        raise ChartError(f"helm install {release} {chart}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def user_commands(kubeconfig: Path, chart: Path, *, namespace: str, release: str = "gpuop") -> list[str]:
+    """The helm commands a user can paste next against the same cluster."""
+    try:
+        binary = str(find_binary("helm"))
+    except MissingBinaryError:
+        binary = "helm"
+    base = f"{binary} --kubeconfig {kubeconfig} -n {namespace}"
+    return [
+        f"{base} status {release}",
+        f"{base} upgrade {release} {chart} --reuse-values --set metrics-exporter.enabled=false",
+        f"{base} rollback {release} 1",
+        f"{base} uninstall {release}",
+    ]
 
 
 def kubectl_apply_crds(kubeconfig: Path, crds: Sequence[Manifest]) -> None:
