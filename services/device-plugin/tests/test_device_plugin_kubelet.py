@@ -255,6 +255,9 @@ def test_kubelet_restart_re_registers_without_exiting(
 ) -> None:
     handle = run_plugin(gpu_node_root("amd-mi300x-cpx"), DevicePluginConfig(resource_naming_strategy="mixed"))
     kubelet_emulator.wait_for(lambda: kubelet_emulator.allocatable() == {"amd.com/cpx_nps4": 63}, timeout=15)
+    # The kubelet can list devices before the plugin's Register call has returned (and counted):
+    # read the count only once the plugin's side is done, or a slow machine reads one short.
+    kubelet_emulator.wait_for(lambda: handle.service.registered, timeout=5)
     server = handle.service.servers["amd.com/cpx_nps4"]
     before = server.registrations
     for _ in range(2):

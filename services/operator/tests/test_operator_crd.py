@@ -112,3 +112,35 @@ def test_apiserver_accepts_the_crd_and_serves_printer_columns(kube_api_client: c
         )
     assert bad.value.status == 422
     assert "spec.vendor" in (bad.value.body or "")
+
+
+def test_generated_crd_passes_the_real_servers_crd_rules() -> None:
+    """The structural and CEL rules kube-apiserver 1.36 runs on a CRD create (gpuop_sim.crdschema)."""
+    from gpuop_sim.apiserver.crdschema import crd_problems
+
+    assert crd_problems(device_config_crd()) == []
+
+
+def test_crd_rules_catch_the_shapes_a_real_server_refused() -> None:
+    """Bad inputs: a description on root metadata, and a label-key regex over an unbounded map."""
+    from gpuop_sim.apiserver.crdschema import crd_problems
+
+    crd = device_config_crd()
+    schema = _version(crd)["schema"]["openAPIV3Schema"]
+    schema["properties"]["metadata"] = {"type": "object", "description": "Standard object metadata."}
+    labels = schema["properties"]["spec"]["properties"]["selector"]["properties"]["matchLabels"]
+    # The label-key regex the generator once wrote (a 114-byte pattern: 1.30x over on its own).
+    key = (
+        r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+    )
+    labels["x-kubernetes-validations"] = [{"rule": f"self.all(k, k.matches(r'{key}'))"}]
+    causes = crd_problems(crd)
+    fields = [c["field"] for c in causes]
+    assert "spec.validation.openAPIV3Schema.properties[metadata]" in fields
+    rule_field = (
+        "spec.validation.openAPIV3Schema.properties[spec].properties[selector]"
+        ".properties[matchLabels].x-kubernetes-validations[0].rule"
+    )
+    assert rule_field in fields
+    assert any("estimated rule cost exceeds budget" in c["message"] for c in causes)

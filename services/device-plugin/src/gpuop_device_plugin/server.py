@@ -104,9 +104,9 @@ class PluginServer:
                 extra={"resource": self.endpoint.resource, "error": _describe(exc), "retry_s": self._backoff},
             )
             return False
+        self.registrations += 1  # counted before `registered` turns true, for whoever polls both
         self._registered_with = kubelet
         self._backoff = RETRY_MIN_S
-        self.registrations += 1
         log.info(
             "registered with the kubelet",
             extra={"resource": self.endpoint.resource, "endpoint": self.endpoint.socket_name},

@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 
-from gpuop_sim.apiserver import crdschema
+from gpuop_sim.apiserver import cel, crdschema
 from gpuop_sim.apiserver.errors import cause
 from gpuop_sim.apiserver.resources import CRD_VERBS, CustomInfo, ResourceType, Subresource
 from gpuop_sim.apiserver.validation import quote
@@ -142,6 +142,7 @@ def resource_types(crd: JsonObj) -> list[ResourceType]:
             selectable_fields=tuple(f["jsonPath"].lstrip(".") for f in version.get("selectableFields") or []),
             printer_columns=tuple(version.get("additionalPrinterColumns") or []),
             crd_name=crd["metadata"]["name"],
+            scale=subs.get("scale") if isinstance(subs.get("scale"), dict) else None,
         )
         subresources: tuple[Subresource, ...] = ()
         if "status" in subs:
@@ -168,12 +169,20 @@ def resource_types(crd: JsonObj) -> list[ResourceType]:
 
 # ---------------------------------------------------------------- custom resources
 def apply_defaults(value: Any, schema: JsonObj) -> None:
-    """Schema `default`s for missing properties, recursively, in place."""
+    """Schema `default`s, recursively, in place, then nulls the schema does not allow dropped.
+
+    As the real server: a missing field gets its default; a null on a `nullable` field is kept
+    (not defaulted); a null on a non-nullable field is replaced by its default, or pruned when
+    there is none.
+    """
     if isinstance(value, dict):
         props = schema.get("properties") or {}
         for name, sub in props.items():
-            if name not in value and "default" in sub:
+            non_nullable_null = name in value and value[name] is None and not sub.get("nullable")
+            if "default" in sub and (name not in value or non_nullable_null):
                 value[name] = copy.deepcopy(sub["default"])
+            elif non_nullable_null:
+                del value[name]
             if name in value:
                 apply_defaults(value[name], sub)
         extra = schema.get("additionalProperties")
@@ -234,8 +243,9 @@ def to_jsonschema(schema: Any) -> Any:
         else:
             out[key] = to_jsonschema(value)
     if schema.get("x-kubernetes-int-or-string"):
+        # The real server checks the combined type first, then any anyOf the schema declares.
         out.pop("type", None)
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        out = {"type": ["integer", "string"], **out}
     if schema.get("nullable") and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
         if "enum" in out:
@@ -279,7 +289,7 @@ def validate_cr(obj: JsonObj, schema: JsonObj, *, only: str | None = None) -> li
             }
         )
     )
-    causes: list[JsonObj] = []
+    causes: list[JsonObj] = [] if only is not None else metadata_causes(obj, schema)
     for err in sorted(validator.iter_errors(body), key=lambda e: [str(p) for p in e.absolute_path]):
         path = list(err.absolute_path)
         if (
@@ -289,6 +299,24 @@ def validate_cr(obj: JsonObj, schema: JsonObj, *, only: str | None = None) -> li
         ):
             continue
         causes += to_causes(err, path)
+    if not causes:
+        # CEL rules run on values the schema accepted (as the real server's ordering implies).
+        rule_causes = cel.cr_rule_causes(body, schema)
+        causes += [c for c in rule_causes if only is None or c["field"].split(".")[0].split("[")[0] == only]
+    return causes
+
+
+def metadata_causes(obj: JsonObj, schema: JsonObj) -> list[JsonObj]:
+    """The root `metadata` schema may restrict only `name` and `generateName`; CRs obey it."""
+    declared = ((schema.get("properties") or {}).get("metadata") or {}).get("properties") or {}
+    meta = obj.get("metadata") or {}
+    causes: list[JsonObj] = []
+    for field in ("name", "generateName"):
+        if field not in declared or not isinstance(meta.get(field), str):
+            continue
+        validator = jsonschema.Draft7Validator(to_jsonschema(declared[field]))
+        for err in validator.iter_errors(meta[field]):
+            causes += to_causes(err, ["metadata", field])
     return causes
 
 
@@ -307,7 +335,8 @@ def to_causes(err: jsonschema.ValidationError, path: list[Any]) -> list[JsonObj]
             if name not in present
         ]
     if kind == "enum":
-        allowed = ", ".join(quote(v) for v in arg)
+        # Every enum value is listed as a quoted string, whatever its JSON type (`"1"` for 1).
+        allowed = ", ".join(quote(v if isinstance(v, str) else quote(v)) for v in arg)
         return [
             cause(
                 "FieldValueNotSupported",
@@ -316,7 +345,7 @@ def to_causes(err: jsonschema.ValidationError, path: list[Any]) -> list[JsonObj]
             )
         ]
     if kind == "type":
-        want = arg if isinstance(arg, str) else arg[0]
+        want = arg if isinstance(arg, str) else ",".join(t for t in arg if t != "null")
         got = _json_type(value)
         return [
             cause(
@@ -340,6 +369,16 @@ def to_causes(err: jsonschema.ValidationError, path: list[Any]) -> list[JsonObj]
         msg = templates[kind].format(arg=arg)
         count = len(value) if kind == "minItems" and isinstance(value, list) else value
         return [cause("FieldValueInvalid", f"Invalid value: {quote(count)}: {shown} in body {msg}", field)]
+    if kind == "anyOf":
+        # The anyOf cause has no field (Go prints a nil path as <nil>); the first branch's
+        # errors follow it.
+        first = [e for e in err.context or [] if e.schema_path and e.schema_path[0] == 0]
+        own = cause(
+            "FieldValueInvalid",
+            f'Invalid value: "": "{shown}" must validate at least one schema (anyOf)',
+            "<nil>",
+        )
+        return [own] + [c for e in first for c in to_causes(e, path + list(e.relative_path))]
     if kind == "maxLength":
         return [cause("FieldValueTooLong", f"Too long: may not be more than {arg} bytes", field)]
     if kind in ("maxItems", "maxProperties"):

@@ -8,7 +8,7 @@ the CRD we generate, so a CRD a real cluster refuses fails a test here.
 Covered: root `metadata` restrictions, every node typed, `additionalProperties` beside
 `properties`, `x-kubernetes-list-type: map` keys (present, and each key required or defaulted),
 defaults valid against their own schema, exactly one storage version, scale subresource paths,
-`selectableFields` paths. Not covered: CEL (`x-kubernetes-validations`) compilation and cost.
+`selectableFields` paths, and CEL rules (compile errors and the cost budget, in `cel`).
 """
 
 from __future__ import annotations
@@ -48,8 +48,12 @@ def crd_problems(crd: JsonObj) -> list[JsonObj]:
 
 def schema_problems(schema: JsonObj, path: str = "spec.validation.openAPIV3Schema") -> list[JsonObj]:
     """Violations inside one `openAPIV3Schema` (the root node is `path`)."""
+    # Imported here: cel imports errors only, but keeps celpy off the import path of this module.
+    from gpuop_sim.apiserver import cel
+
     causes = _metadata_problems(schema, path)
     causes += _node_problems(schema, path, root=True)
+    causes += cel.crd_rule_problems(schema, path)
     return causes
 
 

@@ -183,4 +183,7 @@ def expired(message: str, *, metadata: JsonObj | None = None) -> ApiError:
 
 
 def internal(message: str) -> ApiError:
-    return ApiError(500, "InternalError", message, {"causes": [{"message": message}]})
+    """500 InternalError as the real server words it: the cause carries the bare message."""
+    return ApiError(
+        500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
+    )

@@ -36,6 +36,8 @@ class CustomInfo:
     selectable_fields: tuple[str, ...] = ()
     printer_columns: tuple[dict[str, Any], ...] = ()
     crd_name: str = ""
+    # subresources.scale: specReplicasPath, statusReplicasPath, labelSelectorPath (JSON paths).
+    scale: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

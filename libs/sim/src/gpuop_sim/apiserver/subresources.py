@@ -10,6 +10,7 @@ from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
 from gpuop_sim.apiserver.errors import ApiError
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.selectors import Requirement, labels_match
+from gpuop_sim.apiserver.validation import quote
 
 JsonObj = dict[str, Any]
 _SUCCESS_201: JsonObj = {
@@ -129,8 +130,50 @@ def scale_of(obj: JsonObj) -> JsonObj:
     }
 
 
+def _path(json_path: str) -> list[str]:
+    return [part for part in json_path.strip().lstrip(".").split(".") if part]
+
+
+def _lookup(obj: Any, parts: list[str]) -> tuple[bool, Any]:
+    for part in parts:
+        if not isinstance(obj, dict) or part not in obj:
+            return False, None
+        obj = obj[part]
+    return True, obj
+
+
+def custom_scale_of(obj: JsonObj, paths: dict[str, str]) -> JsonObj:
+    """A CR's Scale from the CRD's scale paths. The spec path must exist in the object: the real
+    server answers 500 otherwise (the paths are never checked against the schema)."""
+    spec_path = paths.get("specReplicasPath", "")
+    found, replicas = _lookup(obj, _path(spec_path))
+    if not found or not isinstance(replicas, int):
+        raise errors.internal(f"the spec replicas field {quote(spec_path)} does not exist")
+    _, status_replicas = _lookup(obj, _path(paths.get("statusReplicasPath", "")))
+    status: JsonObj = {"replicas": status_replicas if isinstance(status_replicas, int) else 0}
+    if paths.get("labelSelectorPath"):
+        found, selector = _lookup(obj, _path(paths["labelSelectorPath"]))
+        if found and isinstance(selector, str):
+            status["selector"] = selector
+    meta = obj["metadata"]
+    keep = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {k: meta[k] for k in keep if k in meta},
+        "spec": {"replicas": replicas},
+        "status": status,
+    }
+
+
+def scale_view(rt: ResourceType, obj: JsonObj) -> JsonObj:
+    if rt.custom is not None and rt.custom.scale is not None:
+        return custom_scale_of(obj, rt.custom.scale)
+    return scale_of(obj)
+
+
 def get_scale(core: ApiCore, rt: ResourceType, ns: str, name: str) -> Result:
-    return Result(200, scale_of(core.get(rt, ns, name).obj))
+    return Result(200, scale_view(rt, core.get(rt, ns, name).obj))
 
 
 def write_scale(
@@ -146,6 +189,13 @@ def write_scale(
     if wanted_rv and wanted_rv != current.obj["metadata"]["resourceVersion"]:
         raise errors.conflict(rt, name)
     obj = current.copy()
-    obj.setdefault("spec", {})["replicas"] = int((scale.get("spec") or {}).get("replicas", 0))
+    replicas = int((scale.get("spec") or {}).get("replicas", 0))
+    spec_path = ["spec", "replicas"]
+    if rt.custom is not None and rt.custom.scale is not None:
+        spec_path = _path(rt.custom.scale.get("specReplicasPath", ""))
+    parent = obj
+    for part in spec_path[:-1]:
+        parent = parent.setdefault(part, {})
+    parent[spec_path[-1]] = replicas
     core.update(rt, ns, name, obj, opts)
-    return Result(200, scale_of(core.get(rt, ns, name).obj))
+    return Result(200, scale_view(rt, core.get(rt, ns, name).obj))
