@@ -8,8 +8,16 @@
   value: {{ .Values.logLevel | default "info" | quote }}
 {{- end -}}
 
-{{/* Liveness and readiness against the shared probe server (gpuop_common.probes). Takes the port. */}}
+{{/* Startup, liveness and readiness against the shared probe server (gpuop_common.probes). Takes the
+port. The startup probe gives a slow start on a busy node 60 s (2 s x 30) before liveness, and its
+30 s budget, apply: an agent still importing is not a crash loop. */}}
 {{- define "gpuop.probes" -}}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: {{ . }}
+  periodSeconds: 2
+  failureThreshold: 30
 livenessProbe:
   httpGet:
     path: /healthz

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import selectors
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from gpuop_sim.cluster import SimNode
-from gpuop_sim.demo import NodeRow, node_rows, stage_of
+from gpuop_sim.cluster import SimNode, node_address
+from gpuop_sim.demo import NodeRow, PodCell, Tone, node_rows, pod_cell, pods_cell, stage_of, use_live
+
+TITLE = "gpuop simulated cluster"
 
 
 @pytest.mark.slow
@@ -86,10 +92,94 @@ def test_rows_show_stage_pods_resources_and_metrics_urls() -> None:
         gpus="amd-mi210x8 x8",
         ready="Ready",
         stage="stage=operands-rolling; deploy: device-plugin",
-        pods="1/1 ready: metrics-exporter",
+        pods="1/1 ready",
         resources="amd.com/gpu=8",
         metrics="http://127.10.0.1:5000/metrics",
+        pod_cells=(PodCell("metrics-exporter", Tone.READY),),
     )
+    assert row.pods_text == "1/1 ready: metrics-exporter"
+
+
+def agent_pod(phase: str, *containers: dict[str, Any], ready: bool = False, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "gpuop-device-plugin-x1", "labels": {"app.kubernetes.io/name": "device-plugin"}},
+        "spec": {"nodeName": "amd-0"},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": list(containers),
+            **status,
+        },
+    }
+
+
+def waiting(reason: str, restarts: int = 0) -> dict[str, Any]:
+    return {"name": "c", "restartCount": restarts, "state": {"waiting": {"reason": reason}}}
+
+
+def running(restarts: int = 0) -> dict[str, Any]:
+    return {"name": "c", "restartCount": restarts, "state": {"running": {}}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "cell"),
+    [
+        (agent_pod("Running", running(), ready=True), PodCell("device-plugin", Tone.READY)),
+        (agent_pod("Running", running(2), ready=True), PodCell("device-plugin x2", Tone.READY)),
+        (
+            agent_pod("Running", waiting("CrashLoopBackOff", 26)),
+            PodCell("device-plugin CrashLoopBackOff x26", Tone.FAILING),
+        ),
+        (
+            agent_pod("Pending", waiting("ContainerCreating")),
+            PodCell("device-plugin ContainerCreating", Tone.STARTING),
+        ),
+        (agent_pod("Running", running()), PodCell("device-plugin starting", Tone.STARTING)),
+        (
+            agent_pod(
+                "Running",
+                running(),
+                {"name": "d", "restartCount": 1, "state": {"terminated": {"reason": "OOMKilled"}}},
+            ),
+            PodCell("device-plugin OOMKilled x1", Tone.FAILING),
+        ),
+        (
+            agent_pod("Failed", waiting("ErrImagePull"), reason="ErrImagePull"),
+            PodCell("device-plugin ErrImagePull", Tone.FAILING),
+        ),
+        (
+            agent_pod(
+                "Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+            ),
+            PodCell("device-plugin Unschedulable", Tone.FAILING),
+        ),
+        (agent_pod("Pending"), PodCell("device-plugin Pending", Tone.STARTING)),
+    ],
+)
+def test_pod_cell_shows_the_container_reason_and_restarts(pod: dict[str, Any], cell: PodCell) -> None:
+    assert pod_cell(pod) == cell
+
+
+def test_rows_list_crash_looping_pods_too_and_colour_each_by_its_tone() -> None:
+    node = {"metadata": {"name": "amd-0"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    looping = agent_pod("Running", waiting("CrashLoopBackOff", 3))
+    ready = agent_pod("Running", running(), ready=True)
+    ready["metadata"] = {"name": "lab-1", "labels": {"app.kubernetes.io/name": "node-labeller"}}
+    done = agent_pod("Succeeded")
+    (row,) = node_rows([], [node], [looping, ready, done])
+    assert row.pods_text == "1/2 ready: device-plugin CrashLoopBackOff x3, node-labeller"
+    text = pods_cell(row)
+    assert text.plain == row.pods_text
+    styles = {text.plain[span.start : span.end]: span.style for span in text.spans}
+    assert styles == {"device-plugin CrashLoopBackOff x3": "red", "node-labeller": "green"}
+
+
+@pytest.mark.parametrize(
+    ("no_live", "is_terminal", "live"),
+    [(False, True, True), (True, True, False), (False, False, False), (True, False, False)],
+)
+def test_the_table_redraws_in_place_only_on_a_terminal(no_live: bool, is_terminal: bool, live: bool) -> None:
+    assert use_live(no_live=no_live, is_terminal=is_terminal) is live
 
 
 def test_stage_of_a_fresh_node_is_a_dash() -> None:
@@ -156,5 +246,50 @@ def test_demo_installs_an_operator_chart_with_helm_and_kubectl(tmp_path: Path) -
     assert "Installed gpu-operator into namespace gpu-operator (helm release gpuop)" in done.stdout
     assert "uninstall gpuop" in done.stdout and "rollback gpuop 1" in done.stdout
     # The AMD node's agent pod shows up with its metrics URL; the NVIDIA node has none.
-    assert "http://127.10.0.1:9400/metrics" in done.stdout
-    assert "127.10.0.2:9400" not in done.stdout
+    # Node addresses follow GPUOP_SIM_NODE_NET, which the demo inherits.
+    assert f"http://{node_address(0)}:9400/metrics" in done.stdout
+    assert f"{node_address(1)}:9400" not in done.stdout
+
+
+def read_until(process: subprocess.Popen[bytes], needle: bytes, timeout: float) -> bytes:
+    """Everything `process` wrote to stdout until `needle` appeared (or it ended, or `timeout`)."""
+    assert process.stdout is not None
+    out = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while needle not in out and time.monotonic() < deadline:
+            if not selector.select(timeout=1.0):
+                continue
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            out += chunk
+    return out
+
+
+@pytest.mark.slow
+def test_piped_demo_prints_the_table_while_it_runs_without_escape_codes(tmp_path: Path) -> None:
+    # `make demo | tee demo.log`: no --no-live, stdout a pipe. A live table would show nothing
+    # until the demo ends; this one must appear while the demo still runs.
+    env = dict(os.environ, COLUMNS="220")
+    env.pop("FORCE_COLOR", None)
+    args = ["--amd-nodes", "1", "--nvidia-nodes", "0", "--pods", "stub", "--chart", str(tmp_path / "none")]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuop_sim.demo", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        out = read_until(process, b"amd-0", timeout=120)  # the table's first row
+        assert process.poll() is None, out.decode(errors="replace")  # still running: no --duration
+        assert TITLE.encode() in out and b"amd-0" in out, out.decode(errors="replace")
+        assert b"\x1b[" not in out  # no colours, no cursor movement into a log file
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)

@@ -180,3 +180,23 @@ def test_uninstall_hook_runs_the_operator_image_with_uninstall_cleanup_before_de
         ("pods",): {"list"},
     }
     assert not by_kind(helm.template(CHARTS / "operator", values=["uninstallCleanup.enabled=false"]), "Job")
+
+
+@pytest.mark.slow
+def test_every_agent_container_has_a_startup_probe_before_liveness() -> None:
+    # A slow start on a busy node must not be a crash loop: startup gets 2 s x 30 before liveness.
+    manifests = helm.template(UMBRELLA)
+    workloads = [m for m in manifests if m.get("kind") in ("DaemonSet", "Deployment")]
+    assert {m["metadata"]["name"] for m in workloads} >= {
+        "gpuop-operator",
+        "gpuop-device-plugin",
+        "gpuop-node-labeller",
+        "gpuop-metrics-exporter",
+    }
+    for workload in workloads:
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            where = f"{workload['metadata']['name']}/{container['name']}"
+            startup = container.get("startupProbe")
+            assert startup is not None, f"{where} has no startupProbe"
+            assert startup["httpGet"] == container["livenessProbe"]["httpGet"], where
+            assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, where

@@ -133,6 +133,7 @@ class ObjectRef:
     namespace: str = ""
     uid: str = ""
     api_version: str = "v1"
+    field_path: str = ""  # a part of the object, as the kubelet names a container: `spec.containers{c}`
 
     @classmethod
     def node(cls, name: str, uid: str = "") -> ObjectRef:
@@ -214,6 +215,7 @@ class EventRecorder:
                 namespace=about.namespace or None,
                 uid=about.uid or None,
                 api_version=about.api_version,
+                field_path=about.field_path or None,
             ),
             reason=reason,
             message=message,

@@ -3,8 +3,10 @@
 Starts a SimCluster with AMD and NVIDIA nodes, prints the kubeconfig and a kubectl command to paste,
 installs `charts/gpu-operator` with the real helm + kubectl when that chart exists, and shows a table
 of nodes (vendor, GPU profile, rollout stage from `gpuop.dev/` labels/annotations, pods, GPU
-resources, metrics URLs) redrawn in place until Ctrl-C. `--no-live` prints the table on each change
-instead; `--duration` exits after that many seconds (tests use both).
+resources, metrics URLs) redrawn in place until Ctrl-C. Each pod shows what `kubectl get pods` would
+(`device-plugin CrashLoopBackOff x26`: its container's waiting/terminated reason and restart count),
+coloured on a terminal. `--no-live`, or a stdout that is not a terminal (`make demo | tee demo.log`),
+prints the table on each change instead; `--duration` exits after that many seconds.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from gpuop_sim import helm
 from gpuop_sim.binaries import MissingBinaryError, find_binary, repo_root
@@ -50,6 +54,41 @@ LABEL_COLUMNS = (
 )
 
 
+class Tone(StrEnum):
+    """How a pod is doing, as the table colours it."""
+
+    READY = "green"
+    STARTING = "yellow"
+    FAILING = "red"
+
+
+# Container reasons that mean "broken, a user must look": the kubelet retries, but in vain.
+FAILING_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "Error",
+        "OOMKilled",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "ContainerCannotRun",
+        "UnexpectedAdmissionError",
+        "Unschedulable",
+        "Failed",
+    }
+)
+
+
+@dataclass(frozen=True)
+class PodCell:
+    """One pod in the `pods` column: `device-plugin`, `node-labeller ContainerCreating`, ..."""
+
+    text: str
+    tone: Tone
+
+
 @dataclass(frozen=True)
 class NodeRow:
     node: str
@@ -57,9 +96,15 @@ class NodeRow:
     gpus: str
     ready: str
     stage: str
-    pods: str
+    pods: str  # "2/3 ready"
     resources: str
     metrics: str
+    pod_cells: tuple[PodCell, ...] = ()
+
+    @property
+    def pods_text(self) -> str:
+        """The pods column without colour: `1/2 ready: device-plugin, node-labeller Error x3`."""
+        return self.pods + (": " + ", ".join(c.text for c in self.pod_cells) if self.pod_cells else "")
 
 
 def stage_of(node: Obj) -> str:
@@ -100,13 +145,12 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
     for node in sorted(nodes, key=name_of):
         name = name_of(node)
         sim = by_name.get(name)
-        on_node = [p for p in pods if spec_of(p).get("nodeName") == name]
-        running = [p for p in on_node if pod_phase(p) == "Running"]
-        ready = sum(1 for p in running if pod_is_ready(p))
+        # Finished Job pods are history; every other pod on the node is shown, broken ones too.
+        on_node = [p for p in pods if spec_of(p).get("nodeName") == name and pod_phase(p) != "Succeeded"]
+        ready = sum(1 for p in on_node if pod_phase(p) == "Running" and pod_is_ready(p))
         allocatable = status_of(node).get("allocatable") or {}
         resources = ", ".join(f"{k}={v}" for k, v in sorted(allocatable.items()) if is_extended(k))
         urls = [url for p in on_node for url in metrics_urls(p)]
-        pod_names = ", ".join(_pod_label(p) for p in running)
         rows.append(
             NodeRow(
                 node=name,
@@ -114,18 +158,67 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
                 gpus=_gpus(labels_of(node).get(PROFILE_LABEL, "?"), sim),
                 ready="Ready" if node_is_ready(node) else "NotReady",
                 stage=stage_of(node),
-                pods=f"{ready}/{len(on_node)} ready" + (f": {pod_names}" if pod_names else ""),
+                pods=f"{ready}/{len(on_node)} ready",
                 resources=resources or "-",
                 metrics=" ".join(urls) or "-",
+                pod_cells=tuple(pod_cell(p) for p in sorted(on_node, key=_pod_name)),
             )
         )
     return rows
 
 
-def _pod_label(pod: Obj) -> str:
+def _pod_name(pod: Obj) -> str:
     """What a pod is, short: its app name label (the chart's service name) or its own name."""
-    name = labels_of(pod).get("app.kubernetes.io/name") or name_of(pod)
-    return name if pod_is_ready(pod) else f"{name} (starting)"
+    return labels_of(pod).get("app.kubernetes.io/name") or name_of(pod)
+
+
+def pod_reason(pod: Obj) -> str:
+    """Why a pod is not Ready, the way `kubectl get pods` STATUS says it ("" when it is Ready).
+
+    The first container that is waiting or terminated gives its reason (CrashLoopBackOff, Error,
+    OOMKilled, ContainerCreating, ...); a pod that is running but not ready is "starting".
+    """
+    if pod_phase(pod) == "Running" and pod_is_ready(pod):
+        return ""
+    status = status_of(pod)
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        for kind in ("waiting", "terminated"):
+            if kind in state:
+                return str(state[kind].get("reason") or kind.capitalize())
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("reason") or "Pending")
+    if status.get("containerStatuses") and pod_phase(pod) == "Running":
+        return "starting"
+    return str(status.get("reason") or pod_phase(pod))
+
+
+def restart_count(pod: Obj) -> int:
+    return sum(int(c.get("restartCount") or 0) for c in status_of(pod).get("containerStatuses") or [])
+
+
+def pod_cell(pod: Obj) -> PodCell:
+    """`device-plugin`, `device-plugin starting`, `device-plugin CrashLoopBackOff x26` (x: restarts)."""
+    reason = pod_reason(pod)
+    restarts = restart_count(pod)
+    parts = [_pod_name(pod), reason, f"x{restarts}" if restarts else ""]
+    if not reason:
+        tone = Tone.READY
+    elif reason in FAILING_REASONS or pod_phase(pod) == "Failed":
+        tone = Tone.FAILING
+    else:
+        tone = Tone.STARTING
+    return PodCell(" ".join(p for p in parts if p), tone)
+
+
+def pods_cell(row: NodeRow) -> Text:
+    """The pods column: the ready count, then each pod coloured by its tone (plain when piped)."""
+    text = Text(row.pods)
+    for index, cell in enumerate(row.pod_cells):
+        text.append(": " if index == 0 else ", ")
+        text.append(cell.text, style=cell.tone.value)
+    return text
 
 
 def _gpus(profile: str, sim: SimNode | None) -> str:
@@ -141,7 +234,7 @@ def render(rows: Sequence[NodeRow]) -> Table:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(
-            row.node, row.vendor, row.gpus, row.ready, row.stage, row.pods, row.resources, row.metrics
+            row.node, row.vendor, row.gpus, row.ready, row.stage, pods_cell(row), row.resources, row.metrics
         )
     return table
 
@@ -187,7 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gpuop_sim.demo", description=__doc__.split("\n")[0])
     add_cluster_arguments(parser, amd_default=3, nvidia_default=2)
     parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
-    parser.add_argument("--no-live", action="store_true", help="print the table on each change, no redraw")
+    parser.add_argument(
+        "--no-live",
+        action="store_true",
+        help="print the table on each change, no redraw (the default when stdout is not a terminal)",
+    )
     parser.add_argument("--refresh", type=float, default=1.0, help="seconds between table refreshes")
     parser.add_argument(
         "--chart",
@@ -213,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"try:        {kubectl_hint(cluster.kubeconfig)}", soft_wrap=True)
         install_operator_chart(cluster, args.chart, console)
         deadline = None if args.duration is None else time.monotonic() + args.duration
-        if args.no_live:
+        if not use_live(no_live=args.no_live, is_terminal=console.is_terminal):
             _print_on_change(cluster, console, stop, deadline, args.refresh)
         else:
             with Live(render(snapshot(cluster)), console=console, refresh_per_second=4) as live:
@@ -228,6 +325,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print("Stopping the simulated cluster ...")
         cluster.stop()
     return 0
+
+
+def use_live(*, no_live: bool, is_terminal: bool) -> bool:
+    """Redraw in place only on a terminal: piped into `tee` or a file, a live table would print
+    nothing until the demo ends, so there the table is printed each time it changes."""
+    return is_terminal and not no_live
 
 
 def _until(deadline: float | None, refresh: float) -> float:

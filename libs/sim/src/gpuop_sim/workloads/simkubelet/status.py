@@ -18,6 +18,7 @@ class ContainerState:
     message: str = ""
     exit_code: int | None = None
     ready: bool = False
+    started: bool = False  # running and past its startup probe (if it has one)
     restart_count: int = 0
     started_at: str = ""
     finished_at: str = ""
@@ -46,7 +47,7 @@ class ContainerState:
             "image": self.image,
             "imageID": f"sim://{self.image}",
             "ready": self.ready,
-            "started": self.state == "running",
+            "started": self.state == "running" and self.started,
             "restartCount": self.restart_count,
             "state": state,
         }

@@ -39,7 +39,7 @@ def stub_status(pod: Obj, address: str, now: str) -> Obj:
             state.state, state.reason, state.exit_code = "terminated", "Completed", 0
             state.finished_at = now
         else:
-            state.state, state.ready = "running", True
+            state.state, state.ready, state.started = "running", True, True
         state.started_at = now
         state.container_id = f"sim://stub/{meta(pod).get('uid', '')}/{state.name}"
         containers.append(state)

@@ -1,9 +1,11 @@
 """One Pod on a `process`-mode node: its containers as local processes, from start to deletion.
 
 A worker thread owns the pod: it resolves argv/env/volumes once, starts containers, restarts them per
-`restartPolicy` with a short crash-loop backoff, runs readiness/liveness probes, refreshes configMap
-volumes when the ConfigMap changes, and patches the pod's status whenever what a user would see
-changes. On deletion it sends SIGTERM, waits the (capped) grace period, SIGKILLs, and removes the Pod.
+`restartPolicy` with a short crash-loop backoff, runs startup/liveness/readiness probes with kubelet
+timing (`probestate`: a probe kills no sooner than a real kubelet would), posts the kubelet's
+`Unhealthy`/`Killing` Events, refreshes configMap volumes when the ConfigMap changes, and patches
+the pod's status whenever what a user would see changes. On deletion it sends SIGTERM, waits the
+(capped) grace period, SIGKILLs, and removes the Pod.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpuop_common.kube import EventRecorder, EventType, ObjectRef
 
 from gpuop_sim.crilog import instance_log, pod_dir_name
 from gpuop_sim.workloads.kubeapi import PODS, KubeRest, is_status
@@ -31,6 +35,13 @@ from gpuop_sim.workloads.simkubelet.podspec import (
     volume_dirs,
 )
 from gpuop_sim.workloads.simkubelet.probes import run_probe
+from gpuop_sim.workloads.simkubelet.probestate import (
+    ContainerProbes,
+    ProbeKind,
+    ProbeSpecError,
+    ProbeTiming,
+    container_probe_timings,
+)
 from gpuop_sim.workloads.simkubelet.process import ContainerProcess
 from gpuop_sim.workloads.simkubelet.status import ContainerState, comparable, pod_status
 from gpuop_sim.workloads.simkubelet.volumes import refresh_pod_volumes
@@ -72,12 +83,10 @@ class _Container:
     mounts: list[tuple[str, Path]]
     state: ContainerState
     log_dir: Path  # one CRI log file per instance, named by its restart count (crilog)
+    timings: Mapping[ProbeKind, ProbeTiming]
     process: ContainerProcess | None = None
+    probes: ContainerProbes | None = None  # this run's probe counters; a restart starts new ones
     restart_at: float = 0.0
-    next_readiness: float = 0.0
-    next_liveness: float = 0.0
-    readiness_failures: int = 0
-    liveness_failures: int = 0
     finished: bool = False
 
 
@@ -107,6 +116,7 @@ class PodWorker:
         self._last_status: Obj | None = None
         self._start_time = utc_now()
         self._volume_versions: dict[str, str] = {}
+        self._events = EventRecorder(rest.api_client, "kubelet", host=runtime.name)
         self.finished = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pod-{name_of(pod)}", daemon=True)
 
@@ -131,6 +141,10 @@ class PodWorker:
     def pod(self) -> Obj:
         with self._lock:
             return self._pod
+
+    def earliest_probe_kills(self) -> dict[str, float | None]:
+        """Per running container, the soonest (time.monotonic()) its probes may kill it; None: never."""
+        return {c.state.name: c.probes.earliest_kill() for c in self._containers if c.probes is not None}
 
     # -- main loop -------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -195,11 +209,15 @@ class PodWorker:
             mounts = container_mounts(spec, volumes)
             command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
             env = build_env(spec, pod, ctx, configmaps, secrets)
-            resolved.append((spec, mounts, command, env))
+            try:
+                timings = container_probe_timings(spec, f"spec.containers[{spec.get('name')}]")
+            except ProbeSpecError as error:
+                raise ContainerConfigError("CreateContainerConfigError", str(error)) from error
+            resolved.append((spec, mounts, command, env, timings))
         granted = admit_devices(self._devices, self.runtime.root, (namespace_of(pod), name_of(pod)), specs)
         self._allocated = granted is not None
         containers = []
-        for spec, volume_mounts, command, env in resolved:
+        for spec, volume_mounts, command, env, timings in resolved:
             name = str(spec.get("name") or "")
             grant = (granted or {}).get(name)
             mounts = volume_mounts
@@ -216,6 +234,7 @@ class PodWorker:
                     mounts=mounts,
                     state=ContainerState(name, str(spec.get("image") or "")),
                     log_dir=self.pod_dir / "logs" / name,
+                    timings=timings,
                 )
             )
         self._containers = containers
@@ -261,16 +280,14 @@ class PodWorker:
         state.state, state.reason, state.message = "running", "", ""
         state.started_at = utc_now()
         state.container_id = f"sim://{process.pid}"
-        has_readiness = bool(container.spec.get("readinessProbe"))
-        state.ready = not has_readiness
-        for probe_name, attr in (("readinessProbe", "next_readiness"), ("livenessProbe", "next_liveness")):
-            delay = min(float((container.spec.get(probe_name) or {}).get("initialDelaySeconds") or 0), 1.0)
-            setattr(container, attr, time.monotonic() + delay)
+        container.probes = ContainerProbes.begin(container.timings, process.started_at)
+        state.started, state.ready = container.probes.started, container.probes.ready
 
     def _container_exited(self, container: _Container, code: int, policy: str, now: float) -> None:
         state = container.state
         container.process = None
-        state.ready = False
+        container.probes = None
+        state.ready = state.started = False
         state.exit_code = code
         state.finished_at = utc_now()
         reason = "Completed" if code == 0 else "Error"
@@ -293,34 +310,55 @@ class PodWorker:
         container.restart_at = now + backoff
 
     def _probe(self, container: _Container, now: float) -> None:
-        readiness = container.spec.get("readinessProbe")
-        if readiness and now >= container.next_readiness:
+        probes, process = container.probes, container.process
+        if probes is None or process is None:
+            return
+        for kind in probes.due(now):
+            probed_at = time.monotonic()
             ok, message = run_probe(
-                readiness, container.spec, self.runtime.address, self._exec_runner(container)
+                container.spec[kind.field], container.spec, self.runtime.address, self._exec_runner(container)
             )
-            container.next_readiness = now + _period(readiness)
-            container.readiness_failures = 0 if ok else container.readiness_failures + 1
-            if ok:
-                container.state.ready = True
-            elif container.readiness_failures >= int(readiness.get("failureThreshold") or 3):
-                container.state.ready = False
-            log.debug("pod %s readiness: %s", name_of(self.pod), message)
-        liveness = container.spec.get("livenessProbe")
-        if liveness and now >= container.next_liveness and container.process is not None:
-            ok, message = run_probe(
-                liveness, container.spec, self.runtime.address, self._exec_runner(container)
+            verdict = probes.record(kind, ok, message, probed_at)
+            log.debug(
+                "pod %s container %s %s probe: %s", name_of(self.pod), container.state.name, kind, message
             )
-            container.next_liveness = now + _period(liveness)
-            container.liveness_failures = 0 if ok else container.liveness_failures + 1
-            if container.liveness_failures >= int(liveness.get("failureThreshold") or 3):
-                log.info(
-                    "pod %s container %s failed liveness (%s); restarting",
-                    name_of(self.pod),
-                    container.state.name,
-                    message,
-                )
-                container.liveness_failures = 0
-                container.process.stop(self._grace())
+            if verdict.counted_failure:
+                self._event(container, "Warning", "Unhealthy", f"{kind.label} probe failed: {message}")
+            if verdict.kill:
+                self._kill_unhealthy(container, process, kind, message)
+                return
+        container.state.started, container.state.ready = probes.started, probes.ready
+
+    def _kill_unhealthy(
+        self, container: _Container, process: ContainerProcess, kind: ProbeKind, message: str
+    ) -> None:
+        """What the kubelet does when a startup or liveness probe reaches its failureThreshold."""
+        name = container.state.name
+        log.warning(
+            "pod %s/%s container %s failed its %s probe %d times (last: %s); killing it",
+            namespace_of(self.pod),
+            name_of(self.pod),
+            name,
+            kind,
+            container.timings[kind].failure_threshold,
+            message,
+        )
+        self._event(
+            container, "Normal", "Killing", f"Container {name} failed {kind} probe, will be restarted"
+        )
+        container.state.ready = False
+        process.stop(self._grace())
+
+    def _event(self, container: _Container, type: EventType, reason: str, message: str) -> None:
+        pod = self.pod
+        about = ObjectRef(
+            kind="Pod",
+            name=name_of(pod),
+            namespace=namespace_of(pod),
+            uid=self.uid,
+            field_path=f"spec.containers{{{container.state.name}}}",
+        )
+        self._events.record(about, reason, message, type)
 
     def _exec_runner(self, container: _Container) -> Callable[[list[str], float], int]:
         def run(command: list[str], timeout: float) -> int:
@@ -384,8 +422,3 @@ class PodWorker:
 def _own_env_names(container: Mapping[str, Any]) -> set[str]:
     """Env names the pod itself sets: only those may name container paths to rewrite."""
     return {str(e.get("name")) for e in container.get("env") or []}
-
-
-def _period(probe: Mapping[str, Any]) -> float:
-    # Probe periods are capped so the simulated cluster reacts within a second.
-    return min(max(float(probe.get("periodSeconds") or 10), 0.2), 1.0)
