@@ -7,7 +7,8 @@ we could not read what the tool said.
 
 - RVS: result lines `[RESULT] [<timestamp>] [<action>] ... pass: TRUE|FALSE` (some modules say
   `met:`); a `gpu_id: <n>` / `GPU <n>` in the line names the GPU (RVS reports the KFD gpu_id).
-- AGFHC (not public; the line shape of its per-test summary): `<test> ... GPU<n>|all ... PASS|FAIL`.
+- AGFHC (not public; the line shape of its per-test summary): `<test> ... GPU<n> ... PASS|FAIL`, or
+  `all` instead of `GPU<n>` for a result about the whole node.
 - DCGM (`dcgmi diag -j`): `{"DCGM GPU Diagnostic"|"DCGM Diagnostic": {"test_categories": [{"tests":
   [{"name", "results": [{"status": "Pass|Fail|Warn|Skip", "gpu_id"|"gpu_ids"|"entity_id"}]}]}]}}`;
   `Fail` fails, the other statuses do not.
@@ -79,7 +80,8 @@ def parse_rvs(output: str) -> Verdicts:
 
 
 _AGFHC_RESULT = re.compile(
-    r"^\s*(?P<test>[A-Za-z0-9_.:-]+)\b.*?\bGPU\s*[:#]?\s*(?P<gpu>\d+|all)\b.*?\b(?P<verdict>PASS(?:ED)?|FAIL(?:ED)?)\s*$",
+    r"^\s*(?P<test>[A-Za-z0-9_.:-]+)\s.*?(?:\bGPU\s*[:#]?\s*(?P<gpu>\d+)|\b(?P<all>all))\b"
+    r".*?\b(?P<verdict>PASS(?:ED)?|FAIL(?:ED)?)\s*$",
     re.IGNORECASE,
 )
 
@@ -90,10 +92,7 @@ def parse_agfhc(output: str) -> Verdicts:
         match = _AGFHC_RESULT.match(line)
         if match is None:
             continue
-        gpu = match.group("gpu").lower()
-        verdicts.add(
-            None if gpu == "all" else gpu, match["verdict"].upper().startswith("PASS"), match["test"]
-        )
+        verdicts.add(match["gpu"], match["verdict"].upper().startswith("PASS"), match["test"])
     if verdicts.empty:
         raise UnparsableOutputError("no AGFHC result line (<test> ... GPU<n> ... PASS|FAIL)", output)
     return verdicts
