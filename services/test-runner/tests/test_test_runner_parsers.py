@@ -19,7 +19,7 @@ def rvs_output(failing: int | None = None) -> str:
     for i in range(3):
         verdict = "FALSE" if i == failing else "TRUE"
         lines.append(
-            f"[RESULT] [597060.1] [gst-1] gst gpu_id: {40000 + i} GFLOPS 1234.5 Target GFLOPS: 1000 met: {verdict}"
+            f"[RESULT] [597060.1] [gst-1] gst gpu_id: {40000 + i} GFLOPS 1234.5 Target: 1000 met: {verdict}"
         )
     lines.append("[RESULT] [597070.0] [gst-1] pass: TRUE")
     return "\n".join(lines) + "\n"

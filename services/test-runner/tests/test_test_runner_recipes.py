@@ -61,7 +61,7 @@ def test_recipe_validation(fields: dict[str, object], message: str) -> None:
 
 def test_unknown_recipe_and_framework_mismatch_are_recipe_errors() -> None:
     book = RecipeBook()
-    with pytest.raises(RecipeError, match="unknown recipe 'nope'.*gst_single"):
+    with pytest.raises(RecipeError, match=r"unknown recipe 'nope'.*gst_single"):
         book.get("nope")
     with pytest.raises(RecipeError, match="DCGM recipe but framework is RVS"):
         book.for_trigger(TestRunnerFileConfig(recipe="dcgm-level-1"))

@@ -28,7 +28,7 @@ def rvs_output(node: GpuNode, failing: int | None = None) -> str:
         for n, kfd in enumerate(target.kfd_gpu_ids):
             met = "FALSE" if target.index == failing and n == len(target.kfd_gpu_ids) - 1 else "TRUE"
             lines.append(
-                f"[RESULT] [1046.36] [gst-1] gst gpu_id: {kfd} GFLOPS 101234.5 Target GFLOPS: 90000 met: {met}"
+                f"[RESULT] [1046.36] [gst-1] gst gpu_id: {kfd} GFLOPS 101234.5 Target: 9e4 met: {met}"
             )
     return "\n".join(lines) + "\n"
 
@@ -98,7 +98,13 @@ def test_rvs_one_gpu_fails(
 
 
 def test_hang_past_the_timeout_kills_the_process_group(
-    amd: GpuNode, tools: FakeTools, make_runner: MakeRunner, cluster: Cluster, kube_api_client: Any, wait: Any
+    amd: GpuNode,
+    tools: FakeTools,
+    make_runner: MakeRunner,
+    cluster: Cluster,
+    kube_api_client: Any,
+    *,
+    wait: Any,
 ) -> None:
     tools.hangs("rvs")
     recipe = Recipe(name="quick", framework="RVS", command=["rvs", "-c", "x.conf"], timeout_seconds=2)
