@@ -161,7 +161,11 @@ class Cluster:
         return [(e.reason, e.type, e.message) for e in mine]
 
     def reasons(self) -> list[str]:
-        return [reason for reason, _type, _message in self.events()]
+        """Event reasons, a repeat folded into one Event (count > 1) listed as often as it happened."""
+        items = self.core.list_namespaced_event("default").items
+        mine = [e for e in items if e.involved_object.kind == "Node" and e.involved_object.name == NODE]
+        mine.sort(key=lambda e: (e.first_timestamp, e.metadata.name))
+        return [e.reason for e in mine for _ in range(e.count or 1)]
 
 
 @pytest.fixture

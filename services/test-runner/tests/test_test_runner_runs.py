@@ -164,7 +164,7 @@ def test_agfhc_pass_and_one_gpu_failing(
     tools.prints("agfhc", "\n".join(lines) + "\n")
     result = run(runner, "all_lvl1")
     assert [g.index for g in result.gpus if g.result == "failed"] == [2]
-    assert cluster.reasons() == ["TestPassed", "TestFailed"]
+    assert sorted(cluster.reasons()) == ["TestFailed", "TestPassed"]  # same second: order unknown
     assert cluster.labels()[RESULT_LABEL] == "failed"
     assert len(runner.logs()) == 2
 

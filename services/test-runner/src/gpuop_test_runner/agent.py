@@ -55,8 +55,10 @@ class TestRunnerAgent:
         stopping: Stopping,
         vendor: str = "auto",
         nvml: Any | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.executor = executor
+        self.clock = clock
         self.api = api
         self.node_name = node_name
         self.config = config
@@ -101,9 +103,9 @@ class TestRunnerAgent:
 
     def _unhealthy(self) -> list[RunRequest]:
         config = self.config()
-        if config.trigger != "AUTO_UNHEALTHY_GPU_WATCH" or time.monotonic() < self._next_health:
+        if config.trigger != "AUTO_UNHEALTHY_GPU_WATCH" or self.clock() < self._next_health:
             return []
-        self._next_health = time.monotonic() + config.poll_interval_seconds
+        self._next_health = self.clock() + config.poll_interval_seconds
         try:
             if self._health_backends is None:
                 self._health_backends = open_backends(self.executor.host_root, self.vendor, nvml=self.nvml)

@@ -107,7 +107,7 @@ class TestExecutor:
             with self.locks.hold(held, self.stopping.is_set) as got:
                 if not got:
                     return self._finish_unstarted(request, chosen)
-                return self._run_held(request, backends, chosen)
+                return self._run_held(request, backends, chosen, devices)
         finally:
             for backend in backends:
                 backend.close()
@@ -127,7 +127,11 @@ class TestExecutor:
         }
 
     def _run_held(
-        self, request: RunRequest, backends: list[GpuBackend], chosen: list[GpuDevice]
+        self,
+        request: RunRequest,
+        backends: list[GpuBackend],
+        chosen: list[GpuDevice],
+        devices: list[GpuDevice],
     ) -> RunResult:
         recipe = request.recipe
         run_id, start = uuid.uuid4().hex[:12], _now()
@@ -144,7 +148,14 @@ class TestExecutor:
                 },
             )
             with logfile:
-                outcome = self._execute(recipe, backends, chosen, logfile)
+                gone = sorted((request.gpu_ids or frozenset()) - {d.id for d in devices})
+                if gone:
+                    # An unhealthy GPU that fell off the bus cannot be tested, and is no pass.
+                    message = f"GPU {', '.join(gone)} not found on the node"
+                    logfile.write(f"--- gpuop: {message}\n")
+                    outcome = ToolRun(outcome="Failed", reason="GpuNotFound", message=message)
+                else:
+                    outcome = self._execute(recipe, backends, chosen, logfile)
         finally:
             self.reporter.metrics.running.dec()
         result = RunResult(
