@@ -156,7 +156,7 @@ def test_two_runs_for_one_gpu_are_serialised(
     ]
     for thread in threads:
         thread.start()
-    wait(lambda: marks.exists(), "the first run to start")
+    wait(marks.exists, "the first run to start")
     # The second run waits for GPU 0 while the first holds it; a run on another GPU is not held up.
     other = RunRequest(recipe=recipe, trigger="MANUAL", gpu_ids=frozenset({amd.devices[1].id}))
     other_thread = threading.Thread(target=runner.executor.run, args=(other,))
