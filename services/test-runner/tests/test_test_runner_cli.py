@@ -76,6 +76,7 @@ def test_sigterm_mid_run_aborts_kills_the_tool_and_answers(
     env: dict[str, str],
     tmp_path: Path,
     cluster: Cluster,
+    *,
     sim_kubeconfig: Path,
     wait: Any,
 ) -> None:
