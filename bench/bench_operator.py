@@ -37,10 +37,11 @@ SERVICEACCOUNTS = Resource("v1", "serviceaccounts", "ServiceAccount")
 _RESULTS: dict[int, dict[str, float]] = {}
 
 
-def _install_operands(rest: KubeRest) -> None:
-    helm.dependency_build(UMBRELLA)
+def install_operands(rest: KubeRest, chart: Path = UMBRELLA) -> None:
+    """The umbrella's CRD, ServiceAccounts, ConfigMaps and DaemonSets, created as helm renders them."""
+    helm.dependency_build(chart)
     manifests = helm.template(
-        UMBRELLA, namespace=NAMESPACE, values=["operator.enabled=false", "deviceConfigs=null"]
+        chart, namespace=NAMESPACE, values=["operator.enabled=false", "deviceConfigs=null"]
     )
     rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     where = {
@@ -91,7 +92,7 @@ def measure(size: int) -> dict[str, float]:
     with SimCluster(amd_nodes=size // 2, nvidia_nodes=size - size // 2, pods="stub") as cluster:
         rest, server = cluster.api(), cluster.server
         assert server is not None
-        _install_operands(rest)
+        install_operands(rest)
         port = _free_port()
         script = Path(sys.executable).parent / "gpuop-operator"
         args = [

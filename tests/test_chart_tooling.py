@@ -137,3 +137,99 @@ def test_kubectl_install_reports_kubectl_errors(chart: Path, sim_apiserver: Any)
     kubeconfig = sim_apiserver.write_kubeconfig(chart.parent / "kubeconfig")
     with pytest.raises(helm.ChartError, match="kubectl"):
         helm.kubectl_install(kubeconfig, chart, namespace="Not_A_Valid_Namespace")
+
+
+LIB_CHART = """\
+apiVersion: v2
+name: lib
+version: 0.1.0
+type: library
+"""
+
+USES_LIB = """\
+apiVersion: v2
+name: {name}
+version: 0.1.0
+appVersion: "0.1.0"
+dependencies:
+  - name: {dep}
+    version: {version}
+    repository: {repository}
+"""
+
+
+def _chart(root: Path, name: str, text: str) -> Path:
+    chart = root / name
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text(text)
+    return chart
+
+
+def test_a_file_dependency_with_file_dependencies_is_refused_with_the_reason(tmp_path: Path) -> None:
+    _chart(tmp_path, "lib", LIB_CHART)
+    _chart(
+        tmp_path, "svc", USES_LIB.format(name="svc", dep="lib", version="0.1.0", repository="file://../lib")
+    )
+    top = _chart(
+        tmp_path, "top", USES_LIB.format(name="top", dep="svc", version="0.1.0", repository="file://../svc")
+    )
+    problems = helm.nested_local_dependencies(top)
+    assert len(problems) == 1
+    assert "svc/Chart.yaml: file:// dependencies ['lib'] would be missing when top packs svc" in problems[0]
+    with pytest.raises(helm.ChartError, match="would be missing"):
+        helm.dependency_build(top)
+
+
+def test_in_tree_dependency_builds_and_a_stale_archive_of_it_is_removed(tmp_path: Path) -> None:
+    _chart(tmp_path, "lib", LIB_CHART)
+    (tmp_path / "lib" / "templates" / "_x.tpl").write_text('{{- define "lib.x" -}}x{{- end -}}\n')
+    svc = _chart(tmp_path, "svc", USES_LIB.format(name="svc", dep="lib", version="0.1.0", repository='""'))
+    (svc / "templates" / "cm.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  x: {{ include "lib.x" . | quote }}\n'
+    )
+    (svc / "charts").mkdir()
+    (svc / "charts" / "lib").symlink_to("../../lib")
+    stale = svc / "charts" / "lib-0.0.9.tgz"
+    stale.write_bytes(b"left by an old build")
+    other = svc / "charts" / "library-1.0.0.tgz"
+    other.write_bytes(b"another chart's archive")
+    assert helm.stale_archives(svc) == [stale]
+    other.unlink()
+    helm.dependency_build(svc)
+    assert not stale.exists()
+    top = _chart(
+        tmp_path, "top", USES_LIB.format(name="top", dep="svc", version="0.1.0", repository="file://../svc")
+    )
+    stale.write_bytes(b"left by an old build")  # the umbrella's build clears its subcharts' too
+    helm.dependency_build(top)
+    assert not stale.exists()
+    (configmap,) = helm.template(top)
+    assert configmap["data"] == {"x": "x"}
+
+
+def test_a_lock_left_from_before_a_version_change_is_re_resolved(tmp_path: Path) -> None:
+    lib = _chart(tmp_path, "lib", LIB_CHART)
+    top = _chart(
+        tmp_path, "top", USES_LIB.format(name="top", dep="lib", version="0.1.0", repository="file://../lib")
+    )
+    helm.dependency_build(top)
+    # Chart.lock is git-ignored: after a pull that bumps both versions, the old lock is still there.
+    (lib / "Chart.yaml").write_text(LIB_CHART.replace("0.1.0", "0.2.0"))
+    (top / "Chart.yaml").write_text(
+        USES_LIB.format(name="top", dep="lib", version="0.2.0", repository="file://../lib")
+    )
+    helm.dependency_build(top)
+    assert "version: 0.2.0" in (top / "Chart.lock").read_text()
+    assert (top / "charts" / "lib-0.2.0.tgz").is_file()
+
+
+def test_package_writes_the_archive_and_show_chart_reads_it(chart: Path, tmp_path: Path) -> None:
+    archive = helm.package(chart, tmp_path / "dist")
+    assert archive == tmp_path / "dist" / "probe-0.1.0.tgz"
+    assert helm.show_chart(archive)["name"] == "probe"
+    assert [d["kind"] for d in helm.template(archive)] == ["CustomResourceDefinition", "DaemonSet", "Widget"]
+
+
+def test_chart_meta_names_the_file_when_chart_yaml_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(helm.ChartError, match=r"nothing/Chart.yaml"):
+        helm.chart_meta(tmp_path / "nothing")

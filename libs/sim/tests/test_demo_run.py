@@ -153,7 +153,8 @@ def test_demo_installs_an_operator_chart_with_helm_and_kubectl(tmp_path: Path) -
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "Installed gpu-operator into namespace gpu-operator" in done.stdout
+    assert "Installed gpu-operator into namespace gpu-operator (helm release gpuop)" in done.stdout
+    assert "uninstall gpuop" in done.stdout and "rollback gpuop 1" in done.stdout
     # The AMD node's agent pod shows up with its metrics URL; the NVIDIA node has none.
     assert "http://127.10.0.1:9400/metrics" in done.stdout
     assert "127.10.0.2:9400" not in done.stdout

@@ -142,7 +142,9 @@ def test_operator_deployment_args_parse_and_probe_port_8080() -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     roles = {(m["kind"], m["metadata"]["name"]) for m in manifests}
     assert ("ClusterRole", "gpuop-operator") in roles and ("Role", "gpuop-operator") in roles
-    (cluster_role,) = by_kind(manifests, "ClusterRole")
+    (cluster_role,) = [
+        r for r in by_kind(manifests, "ClusterRole") if r["metadata"]["name"] == "gpuop-operator"
+    ]
     node_rule = next(r for r in cluster_role["rules"] if r["resources"] == ["nodes"])
     assert "delete" not in node_rule["verbs"] and "update" not in node_rule["verbs"]
 
@@ -156,3 +158,25 @@ def test_crd_hook_runs_the_operator_image_with_apply_crd_before_upgrades() -> No
     assert container["image"] == "gpuop/gpuop-operator:0.1.0"
     assert parse_settings(OperatorSettings, container["args"]).apply_crd is True
     assert not by_kind(helm.template(CHARTS / "crds", values=["upgradeJob.enabled=false"]), "Job")
+
+
+@pytest.mark.slow
+def test_uninstall_hook_runs_the_operator_image_with_uninstall_cleanup_before_deletes() -> None:
+    manifests = helm.template(CHARTS / "operator", values=["uninstallCleanup.timeoutSeconds=45"])
+    (job,) = by_kind(manifests, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    settings = parse_settings(OperatorSettings, container["args"])
+    assert settings.uninstall_cleanup is True and settings.cleanup_timeout == 45
+    assert settings.leader_elect is False and settings.probe_port == 0
+    (role,) = [
+        r for r in by_kind(manifests, "ClusterRole") if r["metadata"]["name"] == "gpuop-operator-uninstall"
+    ]
+    assert role["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    verbs = {tuple(rule["resources"]): set(rule["verbs"]) for rule in role["rules"]}
+    assert verbs == {
+        ("deviceconfigs",): {"list", "delete", "patch"},
+        ("nodes",): {"list", "patch"},
+        ("pods",): {"list"},
+    }
+    assert not by_kind(helm.template(CHARTS / "operator", values=["uninstallCleanup.enabled=false"]), "Job")

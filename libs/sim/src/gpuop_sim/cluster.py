@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from gpuop_sim.apiserver import SimApiServer
+from gpuop_sim.crilog import PodLogFiles, instance_log, instances, read_content
 from gpuop_sim.kubelet import KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo, build_node_root
 from gpuop_sim.workloads.kubeapi import NODES, KubeRest, Resource
@@ -193,7 +194,10 @@ class SimCluster:
 
     def _start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.server = SimApiServer(host=self._host, port=self._port, controllers=True).start()
+        self.server = SimApiServer(host=self._host, port=self._port, controllers=True)
+        # pods/log reads the files the simulated kubelets write (a real server asks the node's kubelet).
+        self.server.pod_logs = PodLogFiles(self.state_dir / "pods")
+        self.server.start()
         self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         self.server.write_kubeconfig(self.kubeconfig)
         self.rest = KubeRest.from_kubeconfig(self.kubeconfig)
@@ -311,15 +315,17 @@ class SimCluster:
         return source
 
     def pod_log(self, namespace: str, name: str, container: str) -> str:
-        """What a `process` pod's container wrote to stdout/stderr (all restarts, newest pod first)."""
+        """What a `process` pod's container wrote to stdout/stderr: every instance of the newest pod of
+        that name, oldest first (`kubectl logs` shows only the current one, `--previous` the one before)."""
         candidates = sorted(
-            self.state_dir.glob(f"pods/*/{namespace}_{name}_*/logs/{container}.log"),
-            key=lambda p: p.stat().st_mtime,
+            (d for d in self.state_dir.glob(f"pods/*/{namespace}_{name}_*/logs/{container}") if instances(d)),
+            key=lambda d: d.stat().st_mtime,
             reverse=True,
         )
         if not candidates:
             raise FileNotFoundError(f"no log for container {container!r} of pod {namespace}/{name}")
-        return candidates[0].read_text(errors="replace")
+        newest = candidates[0]
+        return "".join(read_content(instance_log(newest, n)) for n in instances(newest))
 
     def _server(self) -> SimApiServer:
         if self.server is None:

@@ -41,6 +41,7 @@ from gpuop_sim.workloads.simkubelet.nodestatus import is_extended
 
 DEPLOY_PREFIX = "gpuop.dev/deploy."
 OPERATOR_NAMESPACE = "gpu-operator"
+RELEASE = "gpuop"
 LABEL_COLUMNS = (
     PROFILE_LABEL,
     "node.kubernetes.io/instance-type",
@@ -155,17 +156,23 @@ def kubectl_hint(kubeconfig: Path) -> str:
 
 
 def install_operator_chart(cluster: SimCluster, chart: Path, console: Console) -> bool:
-    """helm template | kubectl apply (CRDs first); False (with the reason printed) when it could not."""
+    """The real `helm install` (release gpuop); False (with the reason printed) when it could not."""
     if not (chart / "Chart.yaml").is_file():
         console.print(f"No operator chart at {chart}: showing the bare simulated cluster.")
         return False
-    console.print(f"Installing {chart.name} with helm template + kubectl apply ...")
+    console.print(f"Installing {chart.name} with helm install (release {RELEASE}) ...")
     try:
-        installed = helm.kubectl_install(cluster.kubeconfig, chart, namespace=OPERATOR_NAMESPACE)
+        helm.install(cluster.kubeconfig, chart, namespace=OPERATOR_NAMESPACE, release=RELEASE)
     except (MissingBinaryError, helm.ChartError) as error:
         console.print(f"Cannot install {chart}: {error}")
         return False
-    console.print(f"Installed {chart.name} into namespace {OPERATOR_NAMESPACE} ({len(installed)} objects).")
+    console.print(
+        f"Installed {chart.name} into namespace {OPERATOR_NAMESPACE} (helm release {RELEASE}). Next, try:"
+    )
+    for command in helm.user_commands(
+        cluster.kubeconfig, chart, namespace=OPERATOR_NAMESPACE, release=RELEASE
+    ):
+        console.print(f"  {command}", soft_wrap=True)
     return True
 
 

@@ -5,11 +5,18 @@ given `--kube-version`, then every rendered object validated against the officia
 that Kubernetes version (kubernetes-validate, strict: unknown fields fail), and custom resources
 against their CRD's schema (jsonschema). Helm's state dirs point into a temp dir so tests never read
 or write the user's Helm config.
+
+Dependencies are built with the plain `helm dependency build` a user runs on a fresh clone, so what
+the demo, benchmarks and tests install is what a user gets. That only works because no file://
+dependency has file:// dependencies of its own (helm packs such a folder as it is, without them):
+service charts carry gpuop-lib in-tree as `charts/gpuop-lib` (a symlink, `repository: ""`), and
+`dependency_build` refuses a chart that breaks the rule with a message saying so.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,7 +29,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from gpuop_sim.binaries import find_binary
+from gpuop_sim.binaries import MissingBinaryError, find_binary
 
 Manifest = dict[str, Any]
 
@@ -65,13 +72,115 @@ def charts_in(charts_dir: Path) -> list[Path]:
     return sorted(p.parent for p in charts_dir.glob("*/Chart.yaml"))
 
 
+def chart_meta(chart: Path) -> dict[str, Any]:
+    """The chart's Chart.yaml as a dict; ChartError naming the file when it is missing or not a map."""
+    path = chart / "Chart.yaml"
+    try:
+        meta = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ChartError(f"{path}: {error}") from error
+    if not isinstance(meta, dict):
+        raise ChartError(f"{path}: not a YAML mapping")
+    return meta
+
+
+def dependencies(chart: Path) -> list[dict[str, Any]]:
+    deps = chart_meta(chart).get("dependencies") or []
+    if not isinstance(deps, list) or not all(isinstance(d, dict) and d.get("name") for d in deps):
+        raise ChartError(f"{chart / 'Chart.yaml'}: dependencies must be a list of maps with a name")
+    return deps
+
+
+def local_dependency_dir(chart: Path, dep: dict[str, Any]) -> Path | None:
+    """Folder of a `file://` dependency (relative to the chart, as helm resolves it); None otherwise."""
+    repository = str(dep.get("repository") or "")
+    if not repository.startswith("file://"):
+        return None
+    return (chart / repository.removeprefix("file://")).resolve()
+
+
+def nested_local_dependencies(chart: Path) -> list[str]:
+    """One line per file:// dependency that has file:// dependencies itself.
+
+    helm packs a file:// dependency's folder as it is and never resolves that folder's own
+    file:// dependencies, so on a fresh clone (nested charts/ empty) they would be missing.
+    """
+    problems: list[str] = []
+    for dep in dependencies(chart):
+        folder = local_dependency_dir(chart, dep)
+        if folder is None or not (folder / "Chart.yaml").is_file():
+            continue
+        nested = [d["name"] for d in dependencies(folder) if local_dependency_dir(folder, d) is not None]
+        if nested:
+            problems.append(
+                f"{folder / 'Chart.yaml'}: file:// dependencies {nested} would be missing when "
+                f"{chart.name} packs {folder.name}; keep them in-tree as {folder.name}/charts/<name> "
+                'with repository: ""'
+            )
+    return problems
+
+
+def stale_archives(chart: Path) -> list[Path]:
+    """Archives in charts/ of dependencies that live in-tree (`repository: ""`, charts/<name>/).
+
+    Builds from before gpuop-lib moved in-tree left `gpuop-lib-<version>.tgz` there; helm would load
+    it beside the folder and pack the library twice.
+    """
+    in_tree = [d["name"] for d in dependencies(chart) if not d.get("repository")]
+    archives = (chart / "charts").glob("*.tgz")
+    return sorted(
+        a for a in archives if any(re.fullmatch(rf"{re.escape(n)}-\d.*\.tgz", a.name) for n in in_tree)
+    )
+
+
 def dependency_build(chart: Path) -> None:
-    meta = yaml.safe_load((chart / "Chart.yaml").read_text()) or {}
-    if not meta.get("dependencies"):
+    """`helm dependency build` as the docs tell a user; ChartError with helm's message.
+
+    Only when a Chart.lock left from an earlier build is out of sync (it is git-ignored, so a pull
+    that changes versions leaves it behind) does it re-resolve with `helm dependency update`.
+    """
+    if not dependencies(chart):
         return
+    problems = nested_local_dependencies(chart)
+    if problems:
+        raise ChartError("; ".join(problems))
+    # The umbrella packs its file:// subcharts as they are, so clear their leftovers too: an old
+    # gpuop-lib archive there could shadow the library's current templates.
+    folders = [chart, *filter(None, (local_dependency_dir(chart, dep) for dep in dependencies(chart)))]
+    for folder in folders:
+        if (folder / "Chart.yaml").is_file():
+            for archive in stale_archives(folder):
+                archive.unlink()
     result = run_helm(["dependency", "build", str(chart)])
+    if result.returncode != 0 and "out of sync" in result.stderr:
+        result = run_helm(["dependency", "update", "--skip-refresh", str(chart)])
     if result.returncode != 0:
         raise ChartError(f"helm dependency build {chart}: {result.stderr.strip()}")
+
+
+def package(chart: Path, destination: Path) -> Path:
+    """Build the chart's dependencies, then `helm package` it into destination; the .tgz path."""
+    dependency_build(chart)
+    destination.mkdir(parents=True, exist_ok=True)
+    result = run_helm(["package", str(chart), "--destination", str(destination)])
+    if result.returncode != 0:
+        raise ChartError(f"helm package {chart}: {result.stderr.strip()}")
+    meta = chart_meta(chart)
+    archive = destination / f"{meta['name']}-{meta['version']}.tgz"
+    if not archive.is_file():
+        raise ChartError(f"helm package {chart}: {archive} was not written ({result.stdout.strip()})")
+    return archive
+
+
+def show_chart(chart: Path) -> dict[str, Any]:
+    """`helm show chart` (a folder or a packaged .tgz) parsed."""
+    result = run_helm(["show", "chart", str(chart)])
+    if result.returncode != 0:
+        raise ChartError(f"helm show chart {chart}: {result.stderr.strip()}")
+    shown = yaml.safe_load(result.stdout)
+    if not isinstance(shown, dict):
+        raise ChartError(f"helm show chart {chart}: not a YAML mapping: {result.stdout[:200]}")
+    return shown
 
 
 def lint(chart: Path, *, values: Sequence[str] = ()) -> HelmResult:
@@ -161,6 +270,9 @@ def _kubectl(kubeconfig: Path, args: Sequence[str], stdin: str | None = None) ->
     return done.stdout
 
 
+_APPLY = ["apply", "--validate=false", "-f", "-"]
+
+
 def kubectl_install(
     kubeconfig: Path,
     chart: Path,
@@ -182,15 +294,70 @@ def kubectl_install(
     crds = [m for m in install_time if m["kind"] == "CustomResourceDefinition"]
     rest = [m for m in install_time if m["kind"] != "CustomResourceDefinition"]
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    apply = ["apply", "--validate=false", "-f", "-"]
-    _kubectl(kubeconfig, apply, yaml.safe_dump(ns))
-    if crds:
-        _kubectl(kubeconfig, apply, yaml.safe_dump_all(crds))
-        names = [f"crd/{crd['metadata']['name']}" for crd in crds]
-        _kubectl(kubeconfig, ["wait", "--for=condition=Established", *names, "--timeout=60s"])
+    _kubectl(kubeconfig, _APPLY, yaml.safe_dump(ns))
+    kubectl_apply_crds(kubeconfig, crds)
     if rest:
-        _kubectl(kubeconfig, ["-n", namespace, *apply], yaml.safe_dump_all(rest))
+        _kubectl(kubeconfig, ["-n", namespace, *_APPLY], yaml.safe_dump_all(rest))
     return install_time
+
+
+def install(
+    kubeconfig: Path,
+    chart: Path,
+    *,
+    namespace: str,
+    release: str = "gpuop",
+    values: Sequence[str] = (),
+    wait: bool = False,
+    timeout: str = "5m",
+) -> str:
+    """The real `helm install --create-namespace` (hooks, release history); returns helm's output.
+
+    Builds the chart's dependencies first (a fresh clone has none). Raises ChartError with helm's
+    message when the install fails.
+    """
+    dependency_build(chart)
+    args = [
+        "install",
+        release,
+        str(chart),
+        "-n",
+        namespace,
+        "--create-namespace",
+        "--kubeconfig",
+        str(kubeconfig),
+    ]
+    args += [arg for value in values for arg in ("--set", value)]
+    if wait:
+        args += ["--wait", "--timeout", timeout]
+    result = run_helm(args)
+    if result.returncode != 0:
+        raise ChartError(f"helm install {release} {chart}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def user_commands(kubeconfig: Path, chart: Path, *, namespace: str, release: str = "gpuop") -> list[str]:
+    """The helm commands a user can paste next against the same cluster."""
+    try:
+        binary = str(find_binary("helm"))
+    except MissingBinaryError:
+        binary = "helm"
+    base = f"{binary} --kubeconfig {kubeconfig} -n {namespace}"
+    return [
+        f"{base} status {release}",
+        f"{base} upgrade {release} {chart} --reuse-values --set metrics-exporter.enabled=false",
+        f"{base} rollback {release} 1",
+        f"{base} uninstall {release}",
+    ]
+
+
+def kubectl_apply_crds(kubeconfig: Path, crds: Sequence[Manifest]) -> None:
+    """Apply CRDs and wait until they are Established (until then their kinds have no REST mapping)."""
+    if not crds:
+        return
+    _kubectl(kubeconfig, _APPLY, yaml.safe_dump_all(crds))
+    names = [f"crd/{crd['metadata']['name']}" for crd in crds]
+    _kubectl(kubeconfig, ["wait", "--for=condition=Established", *names, "--timeout=60s"])
 
 
 def first_of_kind(manifests: Sequence[Manifest], kind: str) -> Manifest:

@@ -13,17 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuop_common.nodemeta import LABELLER_OWNED_ANNOTATION, labeller_owned_keys
+
 from gpuop_node_labeller.sanitize import is_valid_key
 
 log = logging.getLogger(__name__)
 
-OWNED_ANNOTATION = "gpuop.dev/node-labeller.owned-labels"
+OWNED_ANNOTATION = LABELLER_OWNED_ANNOTATION
 
 
 def parse_owned(annotations: Mapping[str, str] | None) -> frozenset[str]:
     """Keys listed in the ownership annotation; an unreadable value owns nothing (and is logged)."""
-    raw = (annotations or {}).get(OWNED_ANNOTATION, "")
-    keys = [part.strip() for part in raw.split(",") if part.strip()]
+    keys = labeller_owned_keys(annotations)
     bad = [key for key in keys if not is_valid_key(key)]
     if bad:
         log.warning(

@@ -1,7 +1,8 @@
 """`gpuop-operator`: reconcile DeviceConfigs while holding the leader Lease.
 
 Thin wiring: settings, an API client, the watch caches and reconciler, leader election, probes and
-metrics on port 8080. `--apply-crd` only creates/updates the CRD and exits (the chart's upgrade hook).
+metrics on port 8080. `--apply-crd` only creates/updates the CRD and exits (the chart's upgrade hook);
+`--uninstall-cleanup` removes DeviceConfigs and node marks and exits (the chart's pre-delete hook).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gpuop_operator.crdapply import apply_crd
 from gpuop_operator.kubeio import KubeJson
 from gpuop_operator.metrics import OperatorMetrics
 from gpuop_operator.reconciler import Reconciler, ReconcilerSettings
+from gpuop_operator.uninstall import uninstall_cleanup
 
 log = logging.getLogger(__name__)
 SERVICE = "operator"
@@ -47,6 +49,14 @@ class OperatorSettings(AgentSettings):
     resync_interval: float = Field(300.0, gt=0, description="Seconds between full reconciles with no events.")
     sync_timeout: float = Field(60.0, gt=0, description="Seconds to wait for the first list of every watch.")
     apply_crd: bool = Field(False, description="Create or update the DeviceConfig CRD, then exit.")
+    uninstall_cleanup: bool = Field(
+        False,
+        description="Delete every DeviceConfig, wait for the operator's cleanup, remove gpuop node "
+        "labels and annotations, then exit (the chart's pre-delete hook).",
+    )
+    cleanup_timeout: float = Field(
+        120.0, gt=0, description="Seconds --uninstall-cleanup waits for the operator, then for agents."
+    )
 
 
 # One registry per process: run_service serves it on the probe port's /metrics.
@@ -68,6 +78,24 @@ def run(ctx: ServiceContext[OperatorSettings]) -> int:
     if s.apply_crd:
         outcome = apply_crd(kube)
         log.info("CRD applied", extra={"outcome": outcome})
+        return 0
+    if s.uninstall_cleanup:
+        report = uninstall_cleanup(
+            kube,
+            namespace=s.namespace,
+            release=s.release,
+            watch_namespace=s.watch_namespace or None,
+            timeout=s.cleanup_timeout,
+        )
+        log.info(
+            "uninstall cleanup done",
+            extra={
+                "deviceconfigs": list(report.deleted),
+                "finalizers_released_here": list(report.forced),
+                "nodes_cleaned": list(report.cleaned_nodes),
+                "labeller_still_running_on": list(report.labeller_still_running),
+            },
+        )
         return 0
     metrics = metrics_registry
     reconciler = Reconciler(

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from gpuop_sim.apiserver import discovery, errors, patches, ssa, tables
+from gpuop_sim.apiserver import discovery, errors, patches, protobody, ssa, tables
 from gpuop_sim.apiserver.core import ApiCore, Result, WriteOptions
 from gpuop_sim.apiserver.decode import decode_body, field_validation
 from gpuop_sim.apiserver.errors import ApiError, cause
 from gpuop_sim.apiserver.faults import Faults, RequestRecord, RequestStats, reason_for
+from gpuop_sim.apiserver.logstream import serve_pod_log
+from gpuop_sim.apiserver.openapi import OpenApi
+from gpuop_sim.apiserver.podlog import PodLogSource
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.store import dumps
 from gpuop_sim.apiserver.subresources import (
@@ -37,8 +41,8 @@ PATCH_TYPES = {
 }
 
 
-# Subresources with behaviour here; the others in discovery (log, exec, proxy...) answer 405.
-SERVED_SUBRESOURCES = frozenset({"", "status", "scale", "binding", "eviction", "finalize"})
+# Subresources with behaviour here; the others in discovery (exec, attach, proxy...) answer 405.
+SERVED_SUBRESOURCES = frozenset({"", "status", "scale", "binding", "eviction", "finalize", "log"})
 
 
 @dataclass
@@ -56,6 +60,9 @@ class Router:
         self.faults = faults
         self.stats = stats
         self.address = "127.0.0.1:0"
+        # Where pods/log finds container logs; None (a bare API server, no kubelets) serves empty logs.
+        self.pod_logs: PodLogSource | None = None
+        self.openapi = OpenApi(core.registry)
 
     # ---------------------------------------------------------------- entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -67,6 +74,8 @@ class Router:
             log.exception("internal error serving %s %s", request.method, request.path_qs)
             response = error_response(errors.internal("internal error in the simulated API server"))
         headers = request.headers
+        if protobody.accepts_only_protobuf(headers.get("Accept", "")):
+            response = _as_protobuf(response)
         self.stats.log(
             RequestRecord(
                 request.method,
@@ -86,11 +95,8 @@ class Router:
             return web.Response(text="ok", content_type="text/plain")
         if path == "/version":
             return json_response(200, discovery.VERSION_INFO)
-        if path == "/openapi/v3":
-            # An empty OpenAPI v3 index: kubectl then uses its compiled-in types for patches.
-            return json_response(200, {"paths": {}})
         if path.startswith("/openapi"):
-            raise errors.page_not_found()
+            return self._openapi(path, request.headers.get("Accept", ""))
         accept = request.headers.get("Accept", "")
         aggregated = "as=APIGroupDiscoveryList" in accept
         if path == "/api":
@@ -125,6 +131,33 @@ class Router:
             return json_response(200, doc)
         target = self._target(group, version, rest)
         return await self._dispatch(request, target, query)
+
+    def _openapi(self, path: str, accept: str) -> web.Response:
+        if path == "/openapi/v3":
+            # The real server labels the JSON index text/plain (recorded); clients parse it anyway.
+            return json_response(200, self.openapi.index(), "text/plain; charset=utf-8")
+        if path.startswith("/openapi/v3/"):
+            document = self.openapi.document(path[len("/openapi/v3/") :])
+            if document is None:
+                raise errors.page_not_found()
+            return web.Response(
+                status=200,
+                body=document,
+                headers={"Content-Type": "application/json", "X-Varied-Accept": "application/json"},
+            )
+        if path == "/openapi/v2":
+            if "json" not in accept and "*/*" not in accept and accept:
+                raise ApiError(
+                    406,
+                    "NotAcceptable",
+                    "the simulated API server serves /openapi/v2 as application/json only "
+                    "(use /openapi/v3, as kubectl and helm do when it is served)",
+                    {},
+                )
+            return web.Response(
+                status=200, body=self.openapi.v2_bytes(), headers={"Content-Type": "application/json"}
+            )
+        raise errors.page_not_found()
 
     def _target(self, group: str, version: str, rest: list[str]) -> Target:
         registry = self.core.registry
@@ -163,17 +196,24 @@ class Router:
             )
         if verb == "watch":
             return await self.hub.serve(request, t.rt, t.namespace, query, self.core.selector(t.rt, query))
+        if verb == "get" and t.subresource == "log":
+            return await serve_pod_log(request, self.core, self.pod_logs, t.namespace or "", t.name)
         if verb in ("list", "get"):
             return await self._read(
                 t, verb, query, wants_table=tables.wants_table(request.headers.get("Accept", ""))
             )
         raw = await request.read()
         ctype = request.headers.get("Content-Type", "")
-        if "protobuf" in ctype or "cbor" in ctype:
-            # Only JSON/YAML bodies are understood (kubectl create <kind> sends protobuf).
+        if protobody.is_protobuf(ctype) and raw:
+            # helm's release Secrets, `kubectl create namespace`, typed deletes: decoded to JSON here.
+            try:
+                raw, ctype = dumps(protobody.decode(raw)), "application/json"
+            except protobody.ProtobufBodyError as exc:
+                raise protobody.unsupported(exc) from exc
+        elif "protobuf" in ctype or "cbor" in ctype:
             raise errors.unsupported_media(
-                f"the simulated API server accepts JSON or YAML bodies only, not {ctype.split(';')[0]}; "
-                "use kubectl apply --validate=false -f with a manifest instead"
+                f"the simulated API server accepts JSON, YAML and (for a few kinds) protobuf bodies, not "
+                f"{ctype.split(';')[0]}; send JSON instead (kubectl apply -f <manifest> does)"
             )
         dry_run = query.get("dryRun") == "All"
         ns = t.namespace or ""
@@ -358,6 +398,24 @@ def _list_bytes(rt: ResourceType, items: list[bytes], meta: JsonObj) -> bytes:
 
 def aggregated_ct() -> str:
     return "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def _as_protobuf(response: web.StreamResponse) -> web.StreamResponse:
+    """Re-encode a JSON answer for a client that accepts only protobuf (406 for other kinds)."""
+    if not isinstance(response, web.Response) or response.content_type != "application/json":
+        return response
+    try:
+        body = protobody.encode(json.loads(response.body or b"{}"))  # type: ignore[arg-type]
+    except (protobody.ProtobufBodyError, ValueError):
+        return error_response(
+            ApiError(
+                406, "NotAcceptable", "only the following media types are accepted: application/json", {}
+            )
+        )
+    out = web.Response(status=response.status, body=body, headers={"Content-Type": protobody.MEDIA_TYPE})
+    for warning in response.headers.getall("Warning", []):
+        out.headers.add("Warning", warning)
+    return out
 
 
 def json_response(code: int, body: Any, content_type: str = "application/json") -> web.Response:

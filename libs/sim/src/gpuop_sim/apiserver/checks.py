@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from gpuop_sim.apiserver import admission, crd, errors, kinds, pods, validation
+from gpuop_sim.apiserver import admission, crd, errors, kinds, openapi, pods, validation
 from gpuop_sim.apiserver.base import WriteOptions
 from gpuop_sim.apiserver.errors import ApiError, cause
 from gpuop_sim.apiserver.resources import ResourceType
@@ -25,10 +25,13 @@ def check_unknown(rt: ResourceType, obj: JsonObj, opts: WriteOptions, *, on_crea
     if rt.custom is not None:
         unknown = crd.prune(obj, rt.custom.schema)
     else:
-        allowed = kinds.top_level_fields(rt.kind)
-        unknown = [k for k in obj if k not in allowed]
-        for key in unknown:
-            obj.pop(key, None)
+        found = openapi.builtin_unknown_fields(rt.group, rt.version, rt.kind, obj)
+        if found is None:  # no recorded schema for this kind: check the top level only
+            allowed = kinds.top_level_fields(rt.kind)
+            found = [k for k in obj if k not in allowed]
+            for key in found:
+                obj.pop(key, None)
+        unknown = found
     if not unknown or opts.field_validation == "Ignore":
         return
     if opts.field_validation == "Strict":

@@ -22,6 +22,7 @@ from gpuop_sim.apiserver.app import Router
 from gpuop_sim.apiserver.core import ApiCore, WriteOptions
 from gpuop_sim.apiserver.establish import CrdEstablisher
 from gpuop_sim.apiserver.faults import Faults, RequestRecord, RequestStats
+from gpuop_sim.apiserver.podlog import PodLogSource
 from gpuop_sim.apiserver.resources import ResourceRegistry
 from gpuop_sim.apiserver.store import Store
 from gpuop_sim.apiserver.watch import WatchHub
@@ -72,6 +73,15 @@ class SimApiServer:
         self._error: BaseException | None = None
 
     # ---------------------------------------------------------------- lifecycle
+    @property
+    def pod_logs(self) -> PodLogSource | None:
+        """Where pods/log reads container logs (the kubelets' files); None serves empty logs."""
+        return self.router.pod_logs
+
+    @pod_logs.setter
+    def pod_logs(self, source: PodLogSource | None) -> None:
+        self.router.pod_logs = source
+
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port or self._requested_port}"

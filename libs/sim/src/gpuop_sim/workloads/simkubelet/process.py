@@ -1,4 +1,9 @@
-"""One container as a local process group, with its output appended to a per-container log file."""
+"""One container as a local process group, its stdout/stderr written to a CRI-format log file.
+
+Like a container runtime, the output goes through pipes: a reader thread per stream stamps each line
+with the time it arrived and appends it as a CRI record (`gpuop_sim.crilog`), so `kubectl logs
+--timestamps`, `--since` and `--tail` see per-line times.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,17 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
+
+from gpuop_sim.crilog import MAX_RECORD_BYTES, format_record
+
+# How long an exited container's pipes may stay open (a child still holding them) before its exit is
+# reported anyway; normally both reach end-of-file as the process exits.
+_DRAIN_SECONDS = 2.0
 
 
 class ContainerProcess:
@@ -20,6 +33,8 @@ class ContainerProcess:
         self.cwd = cwd
         self.log_path = log_path
         self._popen: subprocess.Popen[bytes] | None = None
+        self._readers: list[threading.Thread] = []
+        self._drained = False
         self.started_at = 0.0
 
     @property
@@ -29,22 +44,41 @@ class ContainerProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self._popen = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Own session: SIGTERM reaches the container's children too, not our terminal's group.
-                start_new_session=True,
-            )
+        self._popen = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Own session: SIGTERM reaches the container's children too, not our terminal's group.
+            start_new_session=True,
+        )
         self.started_at = time.monotonic()
+        log = self.log_path.open("ab", buffering=0)
+        lock = threading.Lock()
+        pipes = (("stdout", self._popen.stdout), ("stderr", self._popen.stderr))
+        self._readers = [
+            threading.Thread(
+                target=_copy_records, args=(pipe, stream, log, lock), name=f"log-{stream}", daemon=True
+            )
+            for stream, pipe in pipes
+            if pipe is not None
+        ]
+        for reader in self._readers:
+            reader.start()
+        threading.Thread(target=_close_after, args=(self._readers, log), daemon=True).start()
 
     def exit_code(self) -> int | None:
-        """None while running."""
-        return None if self._popen is None else self._popen.poll()
+        """None while running; an exit counts once its output is in the log file."""
+        if self._popen is None:
+            return None
+        code = self._popen.poll()
+        if code is not None and not self._drained:
+            for reader in self._readers:
+                reader.join(_DRAIN_SECONDS)
+            self._drained = True
+        return code
 
     def stop(self, grace_seconds: float) -> int | None:
         """SIGTERM, then SIGKILL once `grace_seconds` pass; returns the exit code."""
@@ -66,3 +100,18 @@ class ContainerProcess:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._popen.pid, sig)
+
+
+def _copy_records(pipe: IO[bytes], stream: str, log: IO[bytes], lock: threading.Lock) -> None:
+    """Append each line from `pipe` as a CRI record, stamped when it arrived, until end-of-file."""
+    with pipe:
+        while chunk := pipe.readline(MAX_RECORD_BYTES):
+            record = format_record(time.time_ns(), stream, chunk)
+            with lock:
+                log.write(record)
+
+
+def _close_after(readers: list[threading.Thread], log: IO[bytes]) -> None:
+    for reader in readers:
+        reader.join()
+    log.close()

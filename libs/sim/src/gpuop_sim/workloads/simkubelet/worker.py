@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuop_sim.crilog import instance_log, pod_dir_name
 from gpuop_sim.workloads.kubeapi import PODS, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, meta, name_of, namespace_of, spec_of
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
@@ -70,7 +71,7 @@ class _Container:
     env: dict[str, str]
     mounts: list[tuple[str, Path]]
     state: ContainerState
-    log_path: Path
+    log_dir: Path  # one CRI log file per instance, named by its restart count (crilog)
     process: ContainerProcess | None = None
     restart_at: float = 0.0
     next_readiness: float = 0.0
@@ -101,7 +102,7 @@ class PodWorker:
         self._stop = threading.Event()
         self._delete_pod = False
         self.uid = str(meta(pod).get("uid", ""))
-        self.pod_dir = runtime.pods_dir / f"{namespace_of(pod)}_{name_of(pod)}_{self.uid[:8]}"
+        self.pod_dir = runtime.pods_dir / pod_dir_name(namespace_of(pod), name_of(pod), self.uid)
         self._containers: list[_Container] = []
         self._last_status: Obj | None = None
         self._start_time = utc_now()
@@ -214,7 +215,7 @@ class PodWorker:
                     },
                     mounts=mounts,
                     state=ContainerState(name, str(spec.get("image") or "")),
-                    log_path=self.pod_dir / "logs" / f"{name}.log",
+                    log_dir=self.pod_dir / "logs" / name,
                 )
             )
         self._containers = containers
@@ -246,7 +247,8 @@ class PodWorker:
         self._report("Running")
 
     def _start_container(self, container: _Container) -> None:
-        process = ContainerProcess(container.argv, container.env, self.pod_dir / "cwd", container.log_path)
+        log_path = instance_log(container.log_dir, container.state.restart_count)
+        process = ContainerProcess(container.argv, container.env, self.pod_dir / "cwd", log_path)
         try:
             process.start()
         except OSError as error:

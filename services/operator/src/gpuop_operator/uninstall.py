@@ -1,0 +1,166 @@
+"""`gpuop-operator --uninstall-cleanup`: the chart's pre-delete hook, so `helm uninstall` leaves nothing.
+
+Helm deletes the operator Deployment and the DeviceConfigs in one pass. Without this hook the
+operator is gone before it can run its finalizer, so the DeviceConfigs stay Terminating forever and
+every node keeps its deploy labels, stage annotations and the node labeller's labels. Run before
+helm deletes anything, while the operator still works:
+
+1. delete every DeviceConfig the operator manages and wait for them to go: the operator empties
+   each node stage by stage (so operator-managed agents leave) and releases its finalizer;
+2. after the wait, a DeviceConfig still there (no operator running, or it is stuck) loses our
+   finalizer here, and its nodes are cleaned by step 3 instead;
+3. on every node: our deploy labels and annotations go, and the labels the node labeller owns (its
+   ownership annotation lists them) go too on nodes where no node-labeller pod of the release runs
+   any more (one that still runs would write them straight back; it is named in the log).
+
+The per-node patch is a pure function; the loop around it is I/O with bounded waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuop_common.nodemeta import LABELLER_OWNED_ANNOTATION, labeller_owned_keys
+from kubernetes.client.exceptions import ApiException
+
+from gpuop_operator.kubeio import DEVICECONFIGS, NODES, PODS, JsonObj, KubeJson
+from gpuop_operator.model import FINALIZER, LABEL_PREFIX, OWNER_ANNOTATION, STAGE_ANNOTATION
+
+log = logging.getLogger(__name__)
+DEPLOY_PREFIX = f"{LABEL_PREFIX}deploy."
+
+
+@dataclass(frozen=True)
+class CleanupReport:
+    deleted: tuple[str, ...]  # DeviceConfigs deleted ("<namespace>/<name>")
+    forced: tuple[str, ...]  # of those, released here because the operator did not in time
+    cleaned_nodes: tuple[str, ...]
+    labeller_still_running: tuple[str, ...]  # nodes whose labeller labels were left
+
+    @property
+    def complete(self) -> bool:
+        return not self.labeller_still_running
+
+
+def node_cleanup_patch(node: Mapping[str, Any], *, labeller_running: bool) -> JsonObj | None:
+    """The merge patch that removes gpuop's marks from a Node; None when there is nothing to remove."""
+    meta = node.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    drop_labels = {key for key in labels if key.startswith(DEPLOY_PREFIX)}
+    drop_annotations = {key for key in (OWNER_ANNOTATION, STAGE_ANNOTATION) if key in annotations}
+    if not labeller_running:
+        drop_labels |= {key for key in labeller_owned_keys(annotations) if key in labels}
+        if LABELLER_OWNED_ANNOTATION in annotations:
+            drop_annotations.add(LABELLER_OWNED_ANNOTATION)
+    if not drop_labels and not drop_annotations:
+        return None
+    patch: JsonObj = {"metadata": {}}
+    if drop_labels:
+        patch["metadata"]["labels"] = dict.fromkeys(sorted(drop_labels))
+    if drop_annotations:
+        patch["metadata"]["annotations"] = dict.fromkeys(sorted(drop_annotations))
+    return patch
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _wait(condition: Callable[[], bool], timeout: float, sleep: Callable[[float], None]) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        sleep(1.0)
+    return True
+
+
+def _labeller_nodes(kube: KubeJson, namespace: str, release: str) -> set[str]:
+    selector = f"app.kubernetes.io/name=node-labeller,app.kubernetes.io/instance={release}"
+    pods, _ = kube.list(PODS, namespace, labelSelector=selector)
+    return {str(p["spec"].get("nodeName")) for p in pods if (p.get("spec") or {}).get("nodeName")}
+
+
+def _release_finalizer(kube: KubeJson, dc: JsonObj) -> None:
+    meta = dc["metadata"]
+    remaining = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+    body = {"metadata": {"finalizers": remaining, "resourceVersion": meta.get("resourceVersion")}}
+    try:
+        kube.patch(DEVICECONFIGS, meta["name"], body, meta.get("namespace"))
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def _clean_nodes(kube: KubeJson, *, labeller_nodes: set[str] | None) -> set[str]:
+    """Patch every node; `labeller_nodes` None: keep every labeller label this pass."""
+    cleaned: set[str] = set()
+    nodes, _ = kube.list(NODES)
+    for node in nodes:
+        name = str(node["metadata"]["name"])
+        running = labeller_nodes is None or name in labeller_nodes
+        patch = node_cleanup_patch(node, labeller_running=running)
+        if patch is not None:
+            kube.patch(NODES, name, patch)
+            cleaned.add(name)
+    return cleaned
+
+
+def uninstall_cleanup(
+    kube: KubeJson,
+    *,
+    namespace: str,
+    release: str,
+    watch_namespace: str | None,
+    timeout: float = 120.0,
+    agents_timeout: float = 60.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CleanupReport:
+    """Steps 1-3 of the module docstring: waits at most `timeout` for the operator's cleanup and
+    `agents_timeout` for operator-managed node-labeller pods to leave."""
+    dcs, _ = kube.list(DEVICECONFIGS, watch_namespace)
+    for dc in dcs:
+        try:
+            kube.delete(DEVICECONFIGS, dc["metadata"]["name"], dc["metadata"].get("namespace"))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    log.info(
+        "deleted DeviceConfigs; waiting for the operator to clean up",
+        extra={"deviceconfigs": [_key(d) for d in dcs]},
+    )
+
+    def left() -> list[JsonObj]:
+        return kube.list(DEVICECONFIGS, watch_namespace)[0]
+
+    forced: list[str] = []
+    if not _wait(lambda: not left(), timeout, sleep):
+        for dc in left():
+            if FINALIZER in (dc["metadata"].get("finalizers") or []):
+                log.warning(
+                    "the operator did not release its finalizer in time; releasing it",
+                    extra={"deviceconfig": _key(dc)},
+                )
+                _release_finalizer(kube, dc)
+                forced.append(_key(dc))
+    cleaned: set[str] = set()
+    # Our deploy labels first (the operator already removed them unless it was absent), so that
+    # operator-managed labeller pods leave; then the labeller's labels where none runs any more.
+    cleaned |= _clean_nodes(kube, labeller_nodes=None)
+    _wait(lambda: not _labeller_nodes(kube, namespace, release), agents_timeout, sleep)
+    running = _labeller_nodes(kube, namespace, release)
+    cleaned |= _clean_nodes(kube, labeller_nodes=running)
+    if running:
+        log.warning(
+            "node-labeller still runs on these nodes (not operator-managed?): its labels stay",
+            extra={"nodes": sorted(running)},
+        )
+    return CleanupReport(
+        tuple(_key(d) for d in dcs), tuple(forced), tuple(sorted(cleaned)), tuple(sorted(running))
+    )

@@ -1,0 +1,123 @@
+"""`gpuop-operator --uninstall-cleanup` (the chart's pre-delete hook): DeviceConfigs deleted with the
+operator still running, a stuck finalizer released after the wait, gpuop marks gone from every node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gpuop_operator.kubeio import KubeJson
+from gpuop_operator.uninstall import node_cleanup_patch, uninstall_cleanup
+from gpuop_sim.cluster import SimCluster
+from gpuop_sim.workloads.kubeapi import NODES, Resource
+
+NAMESPACE = "gpu-operator"
+DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
+OWNED = "gpuop.dev/node-labeller.owned-labels"
+
+
+def _node(labels: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": "n", "labels": labels, "annotations": annotations}}
+
+
+def test_patch_removes_deploy_labels_operator_annotations_and_labeller_labels() -> None:
+    node = _node(
+        {
+            "gpuop.dev/deploy.device-plugin": "true",
+            "gpuop.dev/gpu.count": "8",
+            "amd.com/gpu.family": "AI",
+            "team": "ml",  # not ours: stays
+        },
+        {
+            "gpuop.dev/stage": "ready",
+            "gpuop.dev/deviceconfig": "gpu-operator/amd",
+            OWNED: "amd.com/gpu.family,gpuop.dev/gpu.count,amd.com/gone",
+            "note": "kept",
+        },
+    )
+    assert node_cleanup_patch(node, labeller_running=False) == {
+        "metadata": {
+            "labels": {
+                "amd.com/gpu.family": None,
+                "gpuop.dev/deploy.device-plugin": None,
+                "gpuop.dev/gpu.count": None,
+            },
+            "annotations": {OWNED: None, "gpuop.dev/deviceconfig": None, "gpuop.dev/stage": None},
+        }
+    }
+
+
+def test_labeller_labels_stay_while_a_labeller_still_runs_there() -> None:
+    node = _node({"gpuop.dev/gpu.count": "8"}, {OWNED: "gpuop.dev/gpu.count"})
+    assert node_cleanup_patch(node, labeller_running=True) is None
+    assert node_cleanup_patch(_node({"team": "ml"}, {}), labeller_running=False) is None
+
+
+def test_garbled_ownership_annotation_removes_only_labels_present() -> None:
+    """Bad input: an ownership annotation with empty entries and keys the node does not carry."""
+    node = _node({"a/b": "1"}, {OWNED: ",, a/b ,,not-there,"})
+    assert node_cleanup_patch(node, labeller_running=False) == {
+        "metadata": {"labels": {"a/b": None}, "annotations": {OWNED: None}}
+    }
+
+
+@pytest.mark.slow
+def test_with_the_operator_running_deletion_goes_through_its_finalizer(
+    stub_cluster: SimCluster, kit: Any
+) -> None:
+    api = stub_cluster.api()
+    with kit.operator_running(stub_cluster) as running:
+        api.create(DEVICECONFIGS, kit.device_config(), NAMESPACE)
+        stub_cluster.wait_for(
+            lambda: all(
+                "gpuop.dev/deploy.device-plugin" in n["metadata"]["labels"] for n in api.list(NODES)[0]
+            ),
+            timeout=60,
+            what="deploy labels on every node",
+        )
+        report = uninstall_cleanup(
+            KubeJson(running.api), namespace=NAMESPACE, release=kit.release, watch_namespace=None, timeout=60
+        )
+    assert report.deleted == (f"{NAMESPACE}/gpus",) and report.forced == ()
+    assert api.list(DEVICECONFIGS, NAMESPACE)[0] == []
+    for node in api.list(NODES)[0]:
+        meta = node["metadata"]
+        assert not [k for k in meta["labels"] if k.startswith("gpuop.dev/deploy.")], meta["name"]
+        assert "gpuop.dev/stage" not in (meta.get("annotations") or {})
+
+
+@pytest.mark.slow
+def test_without_an_operator_the_finalizer_is_released_after_the_wait(
+    stub_cluster: SimCluster, kit: Any
+) -> None:
+    """Bad state: the operator is not running, so nothing would ever release the finalizer."""
+    api = stub_cluster.api()
+    dc = kit.device_config("orphan")
+    dc["metadata"]["finalizers"] = ["gpuop.dev/node-cleanup"]
+    api.create(DEVICECONFIGS, dc, NAMESPACE)
+    (node, *_) = api.list(NODES)[0]
+    name = node["metadata"]["name"]
+    api.patch(
+        NODES,
+        name,
+        {
+            "metadata": {
+                "labels": {"gpuop.dev/deploy.node-labeller": "true", "gpuop.dev/gpu.count": "8"},
+                "annotations": {"gpuop.dev/stage": "ready", OWNED: "gpuop.dev/gpu.count"},
+            }
+        },
+    )
+    client_api = kit.api_client_for(stub_cluster)
+    try:
+        report = uninstall_cleanup(
+            KubeJson(client_api), namespace=NAMESPACE, release=kit.release, watch_namespace=None, timeout=2
+        )
+    finally:
+        client_api.close()
+    assert report.forced == (f"{NAMESPACE}/orphan",)
+    assert api.list(DEVICECONFIGS, NAMESPACE)[0] == []
+    meta = api.get(NODES, name)["metadata"]
+    assert (
+        "gpuop.dev/deploy.node-labeller" not in meta["labels"] and "gpuop.dev/gpu.count" not in meta["labels"]
+    )
+    assert OWNED not in (meta.get("annotations") or {}) and name in report.cleaned_nodes
