@@ -54,6 +54,12 @@ def test_check_exit_codes(amd: GpuNode, tools: FakeTools, env: dict[str, str], t
     assert failed.returncode == 1, failed.stderr
     assert "GPU 1 " in failed.stdout and ": failed" in failed.stdout
 
+    tools.prints("rvs", "Segmentation fault\n", exit_code=139)
+    garbage = check(env, amd.root, logs, "--recipe", "gst_single")
+    assert garbage.returncode == 1
+    assert "[UnparsableOutput]" in garbage.stdout
+    assert "    Segmentation fault" in garbage.stdout
+
     missing = check(env, amd.root, logs, "--recipe", "all_lvl1")
     assert missing.returncode == 2
     assert "executable 'agfhc' not found" in missing.stdout
@@ -67,7 +73,7 @@ def test_check_exit_codes(amd: GpuNode, tools: FakeTools, env: dict[str, str], t
     bad = check(env, amd.root, logs, "--config-file", str(config))
     assert bad.returncode == 2
     assert f"config file {config}: recipes.0" in bad.stderr
-    assert len(list(logs.glob("*.log"))) == 3  # usage errors start no run
+    assert len(list(logs.glob("*.log"))) == 4  # usage errors start no run
 
 
 def test_sigterm_mid_run_aborts_kills_the_tool_and_answers(

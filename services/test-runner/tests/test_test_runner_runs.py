@@ -217,3 +217,17 @@ def test_retention_keeps_the_newest_runs(amd: GpuNode, make_runner: MakeRunner, 
     results = [run(runner, "gpuop-selfcheck") for _ in range(5)]
     assert len(runner.logs()) == 3
     assert [r.run_id for r in runner.results()] == [r.run_id for r in results[2:]]
+
+
+def test_a_vendor_recipe_tests_only_that_vendors_gpus(
+    amd: GpuNode, tools: FakeTools, make_runner: MakeRunner, cluster: Cluster, kube_api_client: Any
+) -> None:
+    tools.prints("dcgmi", dcgm_output(amd))
+    result = run(make_runner(amd, kube_api_client), "dcgm-level-1")
+    assert (result.result, result.reason, result.message) == (
+        "Failed",
+        "NoGpus",
+        "no nvidia GPU to test on this node",
+    )
+    assert not (tools.bin / "dcgmi.args").exists()
+    assert cluster.reasons() == ["TestFailed"]

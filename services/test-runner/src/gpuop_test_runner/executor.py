@@ -102,7 +102,13 @@ class TestExecutor:
         backends = open_backends(self.host_root, self.vendor, nvml=self.nvml)
         try:
             devices = [d for b in backends for d in b.enumerate()]
-            chosen = [d for d in devices if request.gpu_ids is None or d.id in request.gpu_ids]
+            # A vendor's tool tests only that vendor's GPUs (a mixed node has both).
+            chosen = [
+                d
+                for d in devices
+                if (request.gpu_ids is None or d.id in request.gpu_ids)
+                and request.recipe.vendor in ("any", d.vendor.value)
+            ]
             held = [d.id for d in chosen] if request.recipe.targets_gpus else [d.id for d in devices]
             with self.locks.hold(held, self.stopping.is_set) as got:
                 if not got:
@@ -190,7 +196,8 @@ class TestExecutor:
                 outcome=outcome, reason=report.reason, message=report.message, gpus=report.gpus, iterations=1
             )
         if not chosen:
-            return ToolRun(outcome="Failed", reason="NoGpus", message="no GPU to test on this node")
+            kind = "" if recipe.vendor == "any" else f"{recipe.vendor} "
+            return ToolRun(outcome="Failed", reason="NoGpus", message=f"no {kind}GPU to test on this node")
         return run_recipe(
             recipe,
             targets_for(self.host_root, chosen),

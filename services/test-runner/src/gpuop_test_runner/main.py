@@ -131,6 +131,11 @@ def check(argv: Sequence[str]) -> int:
     print(summary(result))
     for gpu in result.gpus:
         print(f"  GPU {gpu.index} {gpu.gpu}: {gpu.result}{' - ' + gpu.detail if gpu.detail else ''}")
+    if result.output_head:
+        # An init container's log is often all a user sees: show what the tool said.
+        print("  first lines of the tool's output:")
+        for line in result.output_head:
+            print(f"    {line}")
     return EXIT_CODES[result.result]
 
 
