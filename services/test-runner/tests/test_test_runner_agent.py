@@ -202,3 +202,34 @@ def test_restart_records_an_unfinished_run_as_aborted(
     assert ANSWER_ANNOTATION in cluster.annotations()
     assert fresh.executor.recover_unfinished() == []  # recorded once
     assert RecipeBook().get("gst_single").framework == "RVS"
+
+
+def test_a_config_reload_does_not_touch_a_run_in_progress(
+    amd: GpuNode, tools: FakeTools, make_runner: MakeRunner, cluster: Cluster, kube_api_client: Any, wait: Any
+) -> None:
+    started, go = tools.bin / "started", tools.bin / "go"
+    tools.write(
+        "agfhc",
+        f'echo "$@" > "{started}"\nwhile [ ! -e "{go}" ]; do sleep 0.05; done\necho "t all PASS"\n',
+    )
+    mine = Recipe(name="mine", framework="AGFHC", command=["agfhc", "-r", "first"])
+    configs = [TestRunnerFileConfig(trigger="MANUAL", recipes=[mine])]
+    runner = make_runner(amd, kube_api_client)
+    agent = TestRunnerAgent(
+        executor=runner.executor,
+        api=kube_api_client,
+        node_name="gpu-node",
+        config=lambda: configs[-1],
+        stopping=runner.stopping,
+    )
+    cluster.annotate({REQUEST_ANNOTATION: "mine:reload"})
+    assert len(agent.tick()) == 1
+    wait(started.exists, "the run to start")
+    # The ConfigMap changes the recipe while it runs: the run keeps the command it started with.
+    configs.append(
+        TestRunnerFileConfig(trigger="MANUAL", recipes=[mine.model_copy(update={"command": ["false"]})])
+    )
+    go.touch()
+    wait(lambda: REQUEST_ANNOTATION not in cluster.annotations(), "the answer")
+    assert started.read_text().split() == ["-r", "first"]
+    assert cluster.answer()["result"] == "Passed"
