@@ -205,7 +205,13 @@ def test_restart_records_an_unfinished_run_as_aborted(
 
 
 def test_a_config_reload_does_not_touch_a_run_in_progress(
-    amd: GpuNode, tools: FakeTools, make_runner: MakeRunner, cluster: Cluster, kube_api_client: Any, wait: Any
+    amd: GpuNode,
+    tools: FakeTools,
+    make_runner: MakeRunner,
+    cluster: Cluster,
+    kube_api_client: Any,
+    *,
+    wait: Any,
 ) -> None:
     started, go = tools.bin / "started", tools.bin / "go"
     tools.write(
