@@ -153,19 +153,18 @@ class Cluster:
     def answer(self) -> dict[str, Any]:
         return dict(json.loads(self.annotations()["gpuop.dev/test-result"]))
 
-    def events(self) -> list[tuple[str, str, str]]:
-        """(reason, type, message) of the Events about the Node, oldest first."""
+    def _node_events(self) -> list[Any]:
         items = self.core.list_namespaced_event("default").items
         mine = [e for e in items if e.involved_object.kind == "Node" and e.involved_object.name == NODE]
-        mine.sort(key=lambda e: (e.first_timestamp, e.metadata.name))
-        return [(e.reason, e.type, e.message) for e in mine]
+        return sorted(mine, key=lambda e: (e.first_timestamp, e.metadata.name))
+
+    def events(self) -> list[tuple[str, str, str]]:
+        """(reason, type, message) of the Events about the Node, oldest first."""
+        return [(e.reason, e.type, e.message) for e in self._node_events()]
 
     def reasons(self) -> list[str]:
         """Event reasons, a repeat folded into one Event (count > 1) listed as often as it happened."""
-        items = self.core.list_namespaced_event("default").items
-        mine = [e for e in items if e.involved_object.kind == "Node" and e.involved_object.name == NODE]
-        mine.sort(key=lambda e: (e.first_timestamp, e.metadata.name))
-        return [e.reason for e in mine for _ in range(e.count or 1)]
+        return [e.reason for e in self._node_events() for _ in range(e.count or 1)]
 
 
 @pytest.fixture
