@@ -37,6 +37,7 @@ DOC_PAGES = (
     "docs/gpu-operator-chart.md",
     "docs/metrics-exporter.md",
     "docs/node-labeller.md",
+    "docs/test-runner.md",
 )
 
 pytestmark = pytest.mark.slow
@@ -214,7 +215,7 @@ def test_umbrella_package_holds_each_subchart_with_gpuop_lib(clone: Path, tmp_pa
     with tarfile.open(archive) as tar:
         members = tar.getnames()
     # helm package stores the subcharts it loaded unpacked, each with its own in-tree gpuop-lib.
-    for service in ("crds", "operator", "device-plugin", "node-labeller", "metrics-exporter"):
+    for service in ("crds", "operator", "device-plugin", "node-labeller", "metrics-exporter", "test-runner"):
         assert f"gpu-operator/charts/{service}/charts/gpuop-lib/templates/_names.tpl" in members
     assert helm.show_chart(archive)["version"] == version
 

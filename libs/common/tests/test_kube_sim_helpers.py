@@ -6,7 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuop_common.kube import EventRecorder, ObjectRef, make_api_client, patch_node_labels
+from gpuop_common.kube import (
+    EventRecorder,
+    ObjectRef,
+    make_api_client,
+    patch_node_labels,
+    patch_node_metadata,
+)
 from gpuop_common.retry import kube_retry
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -43,6 +49,33 @@ def test_patch_node_labels_changes_only_what_differs(kube_api_client: client.Api
 
     assert changes == {"change": "new", "remove": None, "add": "z"}
     assert _labels(kube_api_client, "gpu-1") == {"keep": "1", "change": "new", "owner": "y", "add": "z"}
+
+
+def test_patch_node_metadata_sets_and_deletes_labels_and_annotations(
+    kube_api_client: client.ApiClient,
+) -> None:
+    _create_node(kube_api_client, "gpu-1", {"keep": "1", "drop": "x"})
+    patch_node_metadata(kube_api_client, "gpu-1", annotations={"a": "1", "b": "2"})
+    patch_node_metadata(kube_api_client, "gpu-1", labels={"drop": None, "new": "y"}, annotations={"b": None})
+    node = client.CoreV1Api(kube_api_client).read_node("gpu-1")
+    assert node.metadata is not None
+    assert node.metadata.labels == {"keep": "1", "new": "y"}
+    assert node.metadata.annotations == {"a": "1"}
+
+
+def test_patch_node_metadata_pinned_to_a_stale_version_conflicts(kube_api_client: client.ApiClient) -> None:
+    _create_node(kube_api_client, "gpu-1", {})
+    stale = _resource_version(kube_api_client, "gpu-1")
+    patch_node_metadata(kube_api_client, "gpu-1", annotations={"request": "one"})
+    with pytest.raises(ApiException) as caught:
+        patch_node_metadata(kube_api_client, "gpu-1", annotations={"request": None}, resource_version=stale)
+    assert caught.value.status == 409
+    patch_node_metadata(
+        kube_api_client,
+        "gpu-1",
+        annotations={"request": None},
+        resource_version=_resource_version(kube_api_client, "gpu-1"),
+    )
 
 
 def test_patch_node_labels_without_change_writes_nothing(kube_api_client: client.ApiClient) -> None:

@@ -121,6 +121,35 @@ def patch_node_labels(
     return changes
 
 
+def patch_node_metadata(
+    api_client: client.ApiClient,
+    node_name: str,
+    *,
+    labels: Mapping[str, str | None] | None = None,
+    annotations: Mapping[str, str | None] | None = None,
+    resource_version: str | None = None,
+) -> None:
+    """One merge patch of labels and annotations (None deletes a key); others' keys stay untouched.
+
+    With `resource_version`, the write only lands on the Node as it was read (409 otherwise), for
+    changes that depend on what was read, e.g. clearing a request annotation only if it is unchanged.
+    Not retried itself: wrap the whole read-modify-write in `kube_retry` so a 409 re-reads.
+    """
+    metadata: dict[str, Any] = {}
+    if labels:
+        metadata["labels"] = dict(labels)
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if not metadata:
+        return
+    if resource_version is not None:
+        metadata["resourceVersion"] = resource_version
+    client.CoreV1Api(api_client).patch_node(
+        node_name, {"metadata": metadata}, _content_type="application/merge-patch+json"
+    )
+    log.info("patched node metadata", extra={"node": node_name, "labels": labels, "annotations": annotations})
+
+
 # -- events ------------------------------------------------------------------------------------------
 
 

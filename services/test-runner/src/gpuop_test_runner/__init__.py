@@ -1,0 +1,1 @@
+"""gpuop test runner: validates a node's GPUs on demand, when one turns unhealthy, and before workloads."""

@@ -1,0 +1,115 @@
+"""The real command line: `check` exit codes for init containers, and the agent stopped by SIGTERM
+mid-run (the tool's process group goes, the run is recorded and answered as Aborted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpuop_test_runner.results import REQUEST_ANNOTATION
+
+# Fixture types live in conftest.py (not importable in importlib mode): named here for reading.
+Cluster = FakeTools = GpuNode = Any
+
+pytestmark = pytest.mark.slow
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpuop_test_runner.main", *args]
+
+
+@pytest.fixture
+def amd(gpu_node: Callable[[str], GpuNode]) -> GpuNode:
+    return gpu_node("amd-mi300x-cpx")
+
+
+@pytest.fixture
+def env(amd: GpuNode, tools: FakeTools) -> dict[str, str]:
+    return {**os.environ, **amd.info.env, "PATH": f"{tools.bin}:/usr/bin:/bin", "NODE_NAME": ""}
+
+
+def check(env: dict[str, str], root: Path, logs: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = command("check", "--host-root", str(root), "--logs-dir", str(logs), *args)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_check_exit_codes(amd: GpuNode, tools: FakeTools, env: dict[str, str], tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    passed = check(env, amd.root, logs, "--recipe", "gpuop-selfcheck")
+    assert passed.returncode == 0, passed.stderr
+    assert "gpuop-selfcheck (selfcheck, PRE_START_JOB_CHECK): Passed; 8/8 GPUs passed" in passed.stdout
+
+    tools.prints(
+        "rvs",
+        "[RESULT] [1.0] [gst-1] gst gpu_id: 0 met: TRUE\n[RESULT] [1.0] [gst-1] gst gpu_id: 1 met: FALSE\n",
+    )
+    failed = check(env, amd.root, logs, "--recipe", "gst_single")
+    assert failed.returncode == 1, failed.stderr
+    assert "GPU 1 " in failed.stdout and ": failed" in failed.stdout
+
+    tools.prints("rvs", "Segmentation fault\n", exit_code=139)
+    garbage = check(env, amd.root, logs, "--recipe", "gst_single")
+    assert garbage.returncode == 1
+    assert "[UnparsableOutput]" in garbage.stdout
+    assert "    Segmentation fault" in garbage.stdout
+
+    missing = check(env, amd.root, logs, "--recipe", "all_lvl1")
+    assert missing.returncode == 2
+    assert "executable 'agfhc' not found" in missing.stdout
+
+    unknown = check(env, amd.root, logs, "--recipe", "nope")
+    assert unknown.returncode == 2
+    assert "unknown recipe 'nope'" in unknown.stderr
+
+    config = tmp_path / "config.yaml"
+    config.write_text("recipes:\n- {name: x, framework: RVS}\n")
+    bad = check(env, amd.root, logs, "--config-file", str(config))
+    assert bad.returncode == 2
+    assert f"config file {config}: recipes.0" in bad.stderr
+    assert len(list(logs.glob("*.log"))) == 4  # usage errors start no run
+
+
+def test_sigterm_mid_run_aborts_kills_the_tool_and_answers(
+    amd: GpuNode,
+    tools: FakeTools,
+    env: dict[str, str],
+    tmp_path: Path,
+    cluster: Cluster,
+    *,
+    sim_kubeconfig: Path,
+    wait: Any,
+) -> None:
+    cluster.create_node()
+    tools.hangs("rvs")
+    config = tmp_path / "config.yaml"
+    config.write_text("trigger: MANUAL\n")
+    logs = tmp_path / "logs"
+    argv = command(
+        "--node-name", "gpu-node", "--kubeconfig", str(sim_kubeconfig), "--host-root", str(amd.root),
+        "--logs-dir", str(logs), "--config-file", str(config), "--interval", "0.2", "--probe-port", "0",
+    )  # fmt: skip
+    agent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        cluster.annotate({REQUEST_ANNOTATION: "gst_single:stop-me"})
+        wait(lambda: len(tools.pids("rvs")) == 2, "the tool to start")
+        agent.send_signal(signal.SIGTERM)
+        output, _ = agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, output
+    wait(lambda: tools.all_gone("rvs"), "the tool and its worker to be gone")
+    assert cluster.reasons() == ["TestAborted"]
+    assert cluster.answer()["requestId"] == "stop-me"
+    assert cluster.answer()["result"] == "Aborted"
+    assert REQUEST_ANNOTATION not in cluster.annotations()
+    (status,) = logs.glob("*.json")
+    assert json.loads(status.read_text())["result"]["result"] == "Aborted"
+    assert "starting rvs" in next(logs.glob("*.log")).read_text()
