@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,13 @@ def test_python_client_captures(seeded: SimApiServer) -> None:
         result = eval(case["python_client"]["call"], scope)  # the recorded call text, verbatim
         if hasattr(result, "__next__"):
             list(result)
-        assert _wire(seeded.requests()) == _recorded(case["python_client"]["requests"]), case["case"]
+        recorded = _recorded(case["python_client"]["requests"])
+        # A watch is logged when its handler returns, just after the client has read the stream's
+        # end: wait for the entry rather than race it (a loaded machine lost that race once).
+        deadline = time.monotonic() + 10
+        while len(seeded.requests()) < len(recorded) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _wire(seeded.requests()) == recorded, case["case"]
     api.close()
 
 
