@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from gpuop_common.config.testrunner import TestRunnerConfig
 from gpuop_sim.nodes.faults import vanish_gpu
 from gpuop_test_runner.agent import TestRunnerAgent
 from gpuop_test_runner.executor import RunRequest
-from gpuop_test_runner.recipes import Recipe, RecipeBook, TestRunnerFileConfig
+from gpuop_test_runner.recipes import Recipe, RecipeBook
 from gpuop_test_runner.results import ANSWER_ANNOTATION, REQUEST_ANNOTATION, RESULT_LABEL
 
 # Fixture types live in conftest.py (not importable in importlib mode): named here for reading.
@@ -29,7 +30,7 @@ class Clock:
 
 
 def make_agent(
-    runner: Runner, api: Any, config: TestRunnerFileConfig, clock: Clock | None = None
+    runner: Runner, api: Any, config: TestRunnerConfig, clock: Clock | None = None
 ) -> TestRunnerAgent:
     return TestRunnerAgent(
         executor=runner.executor,
@@ -47,7 +48,7 @@ def amd(gpu_node: Callable[[str], GpuNode], cluster: Cluster) -> GpuNode:
     return gpu_node("amd-mi300x-cpx")
 
 
-MANUAL_ONLY = TestRunnerFileConfig(trigger="MANUAL")
+MANUAL_ONLY = TestRunnerConfig(trigger="MANUAL")
 
 
 def test_request_is_answered_and_cleared(
@@ -94,7 +95,7 @@ def test_unhealthy_gpu_is_tested_once_per_transition(
     amd: GpuNode, make_runner: MakeRunner, cluster: Cluster, kube_api_client: Any, wait: Any
 ) -> None:
     clock = Clock()
-    config = TestRunnerFileConfig(recipe="gpuop-selfcheck", poll_interval_seconds=30)
+    config = TestRunnerConfig(recipe="gpuop-selfcheck", poll_interval_seconds=30)
     runner = make_runner(amd, kube_api_client)
     agent = make_agent(runner, kube_api_client, config, clock)
     gpu = amd.devices[2]
@@ -219,7 +220,7 @@ def test_a_config_reload_does_not_touch_a_run_in_progress(
         f'echo "$@" > "{started}"\nwhile [ ! -e "{go}" ]; do sleep 0.05; done\necho "t all PASS"\n',
     )
     mine = Recipe(name="mine", framework="AGFHC", command=["agfhc", "-r", "first"])
-    configs = [TestRunnerFileConfig(trigger="MANUAL", recipes=[mine])]
+    configs = [TestRunnerConfig(trigger="MANUAL", recipes=[mine])]
     runner = make_runner(amd, kube_api_client)
     agent = TestRunnerAgent(
         executor=runner.executor,
@@ -233,7 +234,7 @@ def test_a_config_reload_does_not_touch_a_run_in_progress(
     wait(started.exists, "the run to start")
     # The ConfigMap changes the recipe while it runs: the run keeps the command it started with.
     configs.append(
-        TestRunnerFileConfig(trigger="MANUAL", recipes=[mine.model_copy(update={"command": ["false"]})])
+        TestRunnerConfig(trigger="MANUAL", recipes=[mine.model_copy(update={"command": ["false"]})])
     )
     go.touch()
     wait(lambda: REQUEST_ANNOTATION not in cluster.annotations(), "the answer")

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 from gpuop_common.config import structural_schema
+from gpuop_common.config.testrunner import TestRunnerConfig
 from gpuop_common.settings import parse_settings
 from gpuop_sim import helm
-from gpuop_test_runner.recipes import TestRunnerFileConfig
 from gpuop_test_runner.settings import CheckSettings, TestRunnerSettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -129,7 +129,7 @@ def test_config_map_holds_a_valid_config_with_user_recipes(chart: Path, tmp_path
         "  - {name: quick, framework: RVS, command: [rvs, -c, /etc/quick.conf], timeoutSeconds: 300}\n"
     )
     docs = helm.template(chart, values_files=[recipes])
-    config = TestRunnerFileConfig.model_validate(
+    config = TestRunnerConfig.model_validate(
         yaml.safe_load(by_kind(docs, "ConfigMap")["data"]["config.yaml"])
     )
     assert (config.recipe, config.recipes[0].timeout_seconds) == ("quick", 300)
@@ -137,7 +137,7 @@ def test_config_map_holds_a_valid_config_with_user_recipes(chart: Path, tmp_path
 
 def test_values_schema_config_is_the_service_model(chart: Path) -> None:
     schema = json.loads((chart / "values.schema.json").read_text())
-    assert schema["properties"]["config"] == structural_schema(TestRunnerFileConfig, forbid_unknown=True)
+    assert schema["properties"]["config"] == structural_schema(TestRunnerConfig, forbid_unknown=True)
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gpuop_common.config.testrunner import TestRunnerConfig
 from gpuop_common.configfile import ConfigFileError, load_config
-from gpuop_test_runner.recipes import SELFCHECK, Recipe, RecipeBook, RecipeError, TestRunnerFileConfig
+from gpuop_test_runner.recipes import SELFCHECK, Recipe, RecipeBook, RecipeError
 from pydantic import ValidationError
 
 
@@ -27,7 +28,7 @@ def test_user_recipes_from_the_config_file_extend_and_shadow(tmp_path: Path) -> 
         "- {name: quick, framework: RVS, command: [rvs, -c, /etc/quick.conf], timeoutSeconds: 5}\n"
         "- {name: gst_single, framework: RVS, command: [rvs, -c, /mine.conf], scope: per-gpu}\n"
     )
-    config = load_config(path, TestRunnerFileConfig)
+    config = load_config(path, TestRunnerConfig)
     book = RecipeBook.from_config(config)
     assert book.get("gst_single").command == ["rvs", "-c", "/mine.conf"]
     trigger = book.for_trigger(config)
@@ -39,10 +40,10 @@ def test_bad_user_recipe_names_the_field(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("recipes:\n- {name: x, framework: DCGM, command: [dcgmi, '{gpu_index}']}\n")
     with pytest.raises(ConfigFileError, match=r"recipes\.0.*gpu_index.*per-gpu"):
-        load_config(path, TestRunnerFileConfig)
+        load_config(path, TestRunnerConfig)
     path.write_text("recipes:\n- {name: x, framework: RVS, timeoutSecond: 5, command: [rvs]}\n")
     with pytest.raises(ConfigFileError, match=r"recipes\.0\.timeoutSecond"):
-        load_config(path, TestRunnerFileConfig)
+        load_config(path, TestRunnerConfig)
 
 
 @pytest.mark.parametrize(
@@ -64,5 +65,5 @@ def test_unknown_recipe_and_framework_mismatch_are_recipe_errors() -> None:
     with pytest.raises(RecipeError, match=r"unknown recipe 'nope'.*gst_single"):
         book.get("nope")
     with pytest.raises(RecipeError, match="DCGM recipe but framework is RVS"):
-        book.for_trigger(TestRunnerFileConfig(recipe="dcgm-level-1"))
-    assert book.for_trigger(TestRunnerFileConfig(recipe=SELFCHECK)).name == SELFCHECK
+        book.for_trigger(TestRunnerConfig(recipe="dcgm-level-1"))
+    assert book.for_trigger(TestRunnerConfig(recipe=SELFCHECK)).name == SELFCHECK

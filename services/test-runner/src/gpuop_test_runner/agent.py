@@ -13,13 +13,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuop_common.config.testrunner import TestRunnerConfig
 from gpuop_common.gpu import GpuBackend, GpuBackendError, open_backends
 from gpuop_common.shutdown import Stopping
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpuop_test_runner.executor import RunRequest, TestExecutor
-from gpuop_test_runner.recipes import RecipeBook, RecipeError, TestRunnerFileConfig
+from gpuop_test_runner.recipes import RecipeBook, RecipeError
 from gpuop_test_runner.results import REQUEST_ANNOTATION, RunResult
 from gpuop_test_runner.triggers import UnhealthyTransitions, parse_request
 
@@ -51,7 +52,7 @@ class TestRunnerAgent:
         executor: TestExecutor,
         api: client.ApiClient | None,
         node_name: str,
-        config: Callable[[], TestRunnerFileConfig],
+        config: Callable[[], TestRunnerConfig],
         stopping: Stopping,
         vendor: str = "auto",
         nvml: Any | None = None,

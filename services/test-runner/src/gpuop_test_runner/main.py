@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpuop_common.config.testrunner import TestRunnerConfig
 from gpuop_common.configfile import ConfigFileError, ConfigFileWatcher, load_config
 from gpuop_common.kube import KubeConfigError, make_api_client
 from gpuop_common.logs import configure_logging
@@ -19,7 +20,7 @@ from gpuop_test_runner.executor import RunRequest, TestExecutor
 from gpuop_test_runner.logstore import RunLogStore
 from gpuop_test_runner.metrics import TestRunnerMetrics
 from gpuop_test_runner.process import search_path
-from gpuop_test_runner.recipes import RecipeBook, RecipeError, TestRunnerFileConfig
+from gpuop_test_runner.recipes import RecipeBook, RecipeError
 from gpuop_test_runner.report import Reporter
 from gpuop_test_runner.results import Outcome, summary
 from gpuop_test_runner.settings import CheckSettings, TestRunnerSettings
@@ -47,7 +48,7 @@ def _api(settings: TestRunnerSettings, *, required: bool) -> client.ApiClient | 
 
 def _executor(
     settings: TestRunnerSettings,
-    config: TestRunnerFileConfig,
+    config: TestRunnerConfig,
     api: client.ApiClient | None,
     metrics: TestRunnerMetrics,
     stopping: Stopping,
@@ -74,19 +75,19 @@ def serve(ctx: ServiceContext[TestRunnerSettings], metrics: TestRunnerMetrics) -
     except KubeConfigError as exc:
         log.error("cannot reach the Kubernetes API", extra={"error": str(exc)})
         return 1
-    watcher: ConfigFileWatcher[TestRunnerFileConfig] | None = None
+    watcher: ConfigFileWatcher[TestRunnerConfig] | None = None
     if s.config_file is not None:
         # A reload changes what the next run uses; a run in progress keeps the recipe it started with.
-        watcher = ConfigFileWatcher.load(s.config_file, TestRunnerFileConfig, interval=CONFIG_POLL_SECONDS)
+        watcher = ConfigFileWatcher.load(s.config_file, TestRunnerConfig, interval=CONFIG_POLL_SECONDS)
         if not s.once:
             watcher.start_in_thread(ctx.stopping)
-    initial = watcher.config if watcher is not None else TestRunnerFileConfig()
+    initial = watcher.config if watcher is not None else TestRunnerConfig()
     executor = _executor(s, initial, api, metrics, ctx.stopping)
     agent = TestRunnerAgent(
         executor=executor,
         api=api,
         node_name=s.node_name,
-        config=(lambda: watcher.config) if watcher is not None else TestRunnerFileConfig,
+        config=(lambda: watcher.config) if watcher is not None else TestRunnerConfig,
         stopping=ctx.stopping,
         vendor=s.vendor,
     )
@@ -112,7 +113,7 @@ def check(argv: Sequence[str]) -> int:
     s = parse_settings(CheckSettings, argv, prog="gpuop-test-runner check")
     configure_logging(s.log_level, service=SERVICE, node=s.node_name)
     try:
-        config = load_config(s.config_file, TestRunnerFileConfig) if s.config_file else TestRunnerFileConfig()
+        config = load_config(s.config_file, TestRunnerConfig) if s.config_file else TestRunnerConfig()
         book = RecipeBook.from_config(config)
         recipe = book.get(s.recipe) if s.recipe else book.for_trigger(config)
     except (ConfigFileError, RecipeError) as exc:

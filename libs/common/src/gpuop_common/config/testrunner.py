@@ -2,11 +2,69 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from gpuop_common.config.base import AbsolutePath, ImageSettings
+from gpuop_common.config.base import AbsolutePath, ConfigModel, ImageSettings
+
+Framework = Literal["RVS", "AGFHC", "DCGM", "selfcheck"]
+RecipeVendor = Literal["amd", "nvidia", "any"]
+Scope = Literal["per-gpu", "node"]
+
+SELFCHECK = "gpuop-selfcheck"
+RVS_CONF_DIR = "/opt/rocm/share/rocm-validation-suite/conf"
+PLACEHOLDERS = frozenset({"gpu_index", "gpu_indices"})
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+class Recipe(ConfigModel):
+    """One runnable test: the tool's command line and how to judge its outcome."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,127}$", description="Recipe name.")
+    vendor: RecipeVendor = Field("any", description="GPU vendor the recipe is for.")
+    framework: Framework = Field(description="Tool family; decides how the output is parsed.")
+    command: list[str] = Field(
+        default_factory=list, description="argv of the tool; {gpu_index} / {gpu_indices} name targets."
+    )
+    timeout_seconds: int = Field(3600, ge=1, le=604800, description="Fail a run that takes longer.")
+    iterations: int = Field(1, ge=1, le=1000, description="How many times the command runs.")
+    stop_on_failure: bool = Field(True, description="Stop iterating at the first failed iteration.")
+    scope: Scope = Field("node", description="per-gpu: one command per GPU; node: one for all targets.")
+    pass_exit_codes: list[int] = Field(
+        default_factory=lambda: [0], min_length=1, description="Exit codes that do not fail the run."
+    )
+
+    @model_validator(mode="after")
+    def _command_fits_framework(self) -> Recipe:
+        if self.framework == "selfcheck":
+            if self.command:
+                raise ValueError("a selfcheck recipe has no command")
+            return self
+        if not self.command or not self.command[0]:
+            raise ValueError(f"a {self.framework} recipe needs a command")
+        for arg in self.command:
+            for name in _PLACEHOLDER.findall(arg):
+                if name not in PLACEHOLDERS:
+                    raise ValueError(
+                        f"unknown placeholder {{{name}}} in command (known: gpu_index, gpu_indices)"
+                    )
+                if name == "gpu_index" and self.scope != "per-gpu":
+                    raise ValueError("{gpu_index} needs scope per-gpu")
+        return self
+
+    @property
+    def targets_gpus(self) -> bool:
+        """Whether the command is told which GPUs to test (else the tool touches every GPU)."""
+        return self.framework == "selfcheck" or any(_PLACEHOLDER.search(arg) for arg in self.command)
+
+    def argv(self, gpu_indices: Iterable[int]) -> list[str]:
+        """The command with the placeholders filled; per-GPU recipes get one index at a time."""
+        indices = [str(i) for i in gpu_indices]
+        values = {"gpu_indices": ",".join(indices), "gpu_index": indices[0] if indices else ""}
+        return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in self.command]
 
 
 class TestRunnerConfig(ImageSettings):
@@ -35,4 +93,9 @@ class TestRunnerConfig(ImageSettings):
     )
     logs_location: AbsolutePath = Field(
         "/var/log/gpuop-test-runner", description="Host directory where run logs are kept."
+    )
+    recipes: list[Recipe] = Field(
+        default_factory=list,
+        max_length=256,
+        description="User recipes beside the built-ins; a recipe may replace a built-in of its name.",
     )
