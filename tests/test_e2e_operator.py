@@ -8,6 +8,7 @@ DeviceConfig settings, the DeviceConfigs report Ready, and each node's exporter 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -19,14 +20,14 @@ import yaml
 from gpuop_sim import helm
 from gpuop_sim.binaries import find_binary
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import CONFIGMAPS, JOBS, NODES, PODS, Resource
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, EVENTS, JOBS, NODES, PODS, Resource
 
 ROOT = Path(__file__).resolve().parents[1]
 UMBRELLA = ROOT / "charts" / "gpu-operator"
 NAMESPACE = "gpu-operator"
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
 CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False)
-SERVICES = ("device-plugin", "node-labeller", "metrics-exporter")
+SERVICES = ("device-plugin", "node-labeller", "metrics-exporter", "test-runner")
 GPU_RESOURCE = {"amd": "amd.com/gpu", "nvidia": "nvidia.com/gpu"}
 
 
@@ -186,6 +187,40 @@ def test_spec_change_reaches_the_configmaps_without_restarting_agents(cluster: S
         if cs.get("restartCount", 0)
     }
     assert not restarted, restarted
+
+
+@pytest.mark.slow
+def test_operator_requests_a_self_check_and_each_node_answers(cluster: SimCluster) -> None:
+    """The operator API of the test runner: request annotation in, result annotation out."""
+    cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready")
+    api = cluster.api()
+    config = yaml.safe_load(api.get(CONFIGMAPS, "gpuop-test-runner-config", NAMESPACE)["data"]["config.yaml"])
+    assert (config["enable"], config["recipe"]) == (True, "gpuop-selfcheck")
+    gpu_nodes = [n for n in cluster.nodes if n.vendor != "cpu"]
+    for node in gpu_nodes:
+        api.patch(
+            NODES,
+            node.name,
+            {"metadata": {"annotations": {"gpuop.dev/test-request": f"gpuop-selfcheck:e2e-{node.name}"}}},
+        )
+    for node in gpu_nodes:
+        obj = cluster.wait_for_object(
+            NODES,
+            node.name,
+            None,
+            lambda n: "gpuop.dev/test-result" in (n["metadata"].get("annotations") or {}),
+            timeout=120,
+        )
+        annotations, labels = obj["metadata"]["annotations"], obj["metadata"]["labels"]
+        answer = json.loads(annotations["gpuop.dev/test-result"])
+        assert (answer["requestId"], answer["recipe"]) == (f"e2e-{node.name}", "gpuop-selfcheck")
+        assert answer["result"] == "Passed", answer
+        assert len(answer["gpus"]) == int(labels["gpuop.dev/gpu.count"]) > 0
+        assert "gpuop.dev/test-request" not in annotations
+        assert labels["gpuop.dev/gpu.test-result"] == "passed"
+    events, _ = api.list(EVENTS, None)
+    passed = {e["involvedObject"]["name"] for e in events if e["reason"] == "TestPassed"}
+    assert {n.name for n in gpu_nodes} <= passed
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from gpuop_common.config import MetricsExporterConfig
 from gpuop_common.gpu import open_backends
-from gpuop_metrics_exporter.attribution import PodResourcesWatcher
+from gpuop_common.kubelet.assignments import PodResourcesWatcher
 from gpuop_metrics_exporter.collector import MetricsCollector
 from gpuop_sim.nodes import NodeRootInfo
 from prometheus_client.parser import text_string_to_metric_families

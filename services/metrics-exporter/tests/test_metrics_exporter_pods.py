@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from gpuop_common.kubelet import podresources as pr
-from gpuop_metrics_exporter.attribution import PodRef, assignments_from
+from gpuop_common.kubelet.assignments import PodRef, assignments_from
 from gpuop_sim.kubelet import KubeletEmulator
 
 
@@ -64,7 +64,7 @@ def test_shared_and_mig_devices_on_nvidia(exporter_for, kubelet_emulator):
 
 def test_missing_socket_gives_empty_pod_labels_logged_once(exporter_for, tmp_path: Path, caplog):
     exporter = exporter_for("amd-single", pod_resources_socket=tmp_path / "absent.sock")
-    with caplog.at_level(logging.WARNING, logger="gpuop_metrics_exporter.attribution"):
+    with caplog.at_level(logging.WARNING, logger="gpuop_common.kubelet.assignments"):
         scrapes = [exporter.scrape() for _ in range(3)]
     assert [s.value("gpuop_exporter_pod_resources_up") for s in scrapes] == [0.0, 0.0, 0.0]
     assert scrapes[-1].value("gpuop_exporter_pod_resources_errors_total") == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from gpuop_common.config import MetricsExporterConfig
 from gpuop_common.gpu import HealthReason, Vendor
-from gpuop_metrics_exporter.attribution import base_device_id
+from gpuop_common.kubelet.assignments import base_device_id
 from gpuop_metrics_exporter.entities import applies, nvml_bus_id
 from gpuop_metrics_exporter.exposition import threshold_violations, usable_extra_labels
 from gpuop_metrics_exporter.naming import tables

@@ -30,6 +30,17 @@ def dc(spec: Any, name: str = "gpus", created: str = "2026-01-01T00:00:00Z") -> 
     return {"metadata": {"name": name, "namespace": "ops", "creationTimestamp": created}, "spec": spec}
 
 
+def test_an_enabled_test_runner_section_is_accepted() -> None:
+    spec = {"vendor": "amd", "selector": {"matchLabels": {"pool": "a"}}, "testRunner": {"enable": True}}
+    result = validate(dc(spec), NODES)
+    assert result.ok, result.problems
+    recipes = [{"name": "quick", "framework": "RVS", "command": ["rvs", "-c", "/etc/quick.conf"]}]
+    spec["testRunner"] = {"enable": True, "recipe": "quick", "recipes": recipes}
+    result = validate(dc(spec), NODES)
+    assert result.ok and result.spec is not None, result.problems
+    assert result.spec.test_runner.recipes[0].command[0] == "rvs"
+
+
 @pytest.mark.parametrize(
     ("spec", "reason", "field"),
     [
@@ -41,7 +52,20 @@ def dc(spec: Any, name: str = "gpus", created: str = "2026-01-01T00:00:00Z") -> 
         ({"selector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}, INVALID_SPEC, "spec.selector"),
         ("not an object", INVALID_SPEC, "spec"),
         ({"driver": {"enable": True}}, UNSUPPORTED, "spec.driver.enable"),
-        ({"testRunner": {"enable": True}}, UNSUPPORTED, "spec.testRunner.enable"),
+        ({"vendor": "amd", "testRunner": {"framework": "DCGM"}}, INVALID_SPEC, "testRunner.framework"),
+        (
+            {
+                "vendor": "nvidia",
+                "testRunner": {"recipes": [{"name": "r", "vendor": "amd", "framework": "selfcheck"}]},
+            },
+            INVALID_SPEC,
+            "testRunner.recipes[].vendor",
+        ),
+        (
+            {"testRunner": {"recipes": [{"name": "r", "framework": "RVS"}]}},
+            INVALID_SPEC,
+            "spec.testRunner.recipes[0]",
+        ),
         ({"configManager": {"enable": True}}, UNSUPPORTED, "spec.configManager.enable"),
         ({"remediation": {"enable": True}}, UNSUPPORTED, "spec.remediation.enable"),
         (
@@ -56,6 +80,7 @@ def dc(spec: Any, name: str = "gpus", created: str = "2026-01-01T00:00:00Z") -> 
         ),
         ({"devicePlugin": {"migStrategy": "single"}}, INVALID_FOR_VENDOR, "spec.devicePlugin.migStrategy"),
         ({"vendor": "nvidia"}, INVALID_FOR_VENDOR, "spec.vendor"),
+        ({"testRunner": {"framework": "DCGM"}}, INVALID_FOR_VENDOR, "testRunner.framework"),
         ({"draDriver": {"enable": True}}, INVALID_SPEC, "spec.draDriver.enable"),
     ],
 )

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from gpuop_common.config import MetricsExporterConfig
 from gpuop_common.config.metrics_exporter import NamingSet
 from gpuop_common.gpu import FieldErrorKind, GpuBackend
+from gpuop_common.kubelet.assignments import PodResourcesStatus, PodResourcesWatcher
 from prometheus_client.metrics_core import Metric
 
-from gpuop_metrics_exporter.attribution import PodResourcesStatus, PodResourcesWatcher
 from gpuop_metrics_exporter.exposition import (
     BackendReading,
     FamilySet,

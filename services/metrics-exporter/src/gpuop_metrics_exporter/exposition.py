@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from gpuop_common.config import MetricsExporterConfig
 from gpuop_common.config.metrics_exporter import NamingSet
 from gpuop_common.gpu import GpuDevice, GpuHealth, GpuTelemetry, Vendor
+from gpuop_common.kubelet.assignments import Assignments, PodRef, holders_of
 from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
 
-from gpuop_metrics_exporter.attribution import Assignments, PodRef, holders_of
 from gpuop_metrics_exporter.entities import (
     POD_LABELS,
     RESERVED_LABELS,

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from gpuop_common.config import MetricsExporterConfig
 from gpuop_common.configfile import ConfigFileWatcher
 from gpuop_common.gpu import GpuBackend, open_backends
+from gpuop_common.kubelet.assignments import PodResourcesWatcher
 from gpuop_common.shutdown import ServiceContext, run_service
 
-from gpuop_metrics_exporter.attribution import PodResourcesWatcher
 from gpuop_metrics_exporter.collector import MetricsCollector
 from gpuop_metrics_exporter.settings import ExporterSettings
 

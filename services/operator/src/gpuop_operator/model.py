@@ -17,7 +17,9 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("config-manager", "test-runner"),
 )
 # Operands whose service exists in this release; enabling any other section is reported Unsupported.
-SUPPORTED_SERVICES: frozenset[str] = frozenset({"device-plugin", "node-labeller", "metrics-exporter"})
+SUPPORTED_SERVICES: frozenset[str] = frozenset(
+    {"device-plugin", "node-labeller", "metrics-exporter", "test-runner"}
+)
 
 LABEL_PREFIX = "gpuop.dev/"
 OWNER_ANNOTATION = "gpuop.dev/deviceconfig"  # "<namespace>/<name>" of the DeviceConfig owning the node

@@ -78,6 +78,8 @@ def _amd_only_settings(spec: DeviceConfigSpec) -> list[str]:
         problems.append("driver.driverType")
     if any(profile.amd is not None for profile in spec.config_manager.profiles):
         problems.append("configManager.profiles[].amd")
+    if any(recipe.vendor == "amd" for recipe in spec.test_runner.recipes):
+        problems.append("testRunner.recipes[].vendor")
     return problems
 
 
@@ -89,6 +91,10 @@ def _nvidia_only_settings(spec: DeviceConfigSpec) -> list[str]:
         problems.append("driver.kernelModuleType")
     if any(profile.nvidia is not None for profile in spec.config_manager.profiles):
         problems.append("configManager.profiles[].nvidia")
+    if spec.test_runner.framework == "DCGM":
+        problems.append("testRunner.framework")
+    if any(recipe.vendor == "nvidia" for recipe in spec.test_runner.recipes):
+        problems.append("testRunner.recipes[].vendor")
     return problems
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+
 from gpuop_common.kubelet import podresources as pr
 from gpuop_common.kubelet import socket_identity, unix_channel
 
@@ -141,7 +142,7 @@ class PodResourcesWatcher:
         if kind != self._logged_error:
             # Once per kind of problem: a missing socket must not flood the log every interval.
             log.warning(
-                "pod-resources API unavailable; series get empty pod labels",
+                "pod-resources API unavailable; which pods hold GPUs is unknown",
                 extra={"socket": str(self.socket_path), "error": message},
             )
             self._logged_error = kind
