@@ -247,6 +247,7 @@ def test_operator_benchmark_installs_the_operands_from_a_fresh_clone(clone: Path
         "gpuop-device-plugin",
         "gpuop-metrics-exporter",
         "gpuop-node-labeller",
+        "gpuop-test-runner",
     ]
 
 
