@@ -73,6 +73,11 @@ containers:
       - name: config
         mountPath: /etc/gpuop
         readOnly: true
+      {{- if .probes }}
+      - name: pod-resources
+        mountPath: {{ $v.podResourcesHostPath }}
+        readOnly: true
+      {{- end }}
 volumes:
   - name: sys
     hostPath:
@@ -89,6 +94,13 @@ volumes:
   - name: config
     configMap:
       name: {{ include "gpuop.configMapName" $ctx }}
+  {{- if .probes }}
+  # The agent asks the kubelet which containers hold which GPU (held unhealthy GPUs wait).
+  - name: pod-resources
+    hostPath:
+      path: {{ $v.podResourcesHostPath }}
+      type: DirectoryOrCreate
+  {{- end }}
 {{- end -}}
 
 {{/* Flags every mode passes: the config file and the run files. */}}

@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 from gpuop_common.config.testrunner import TestRunnerConfig
-from gpuop_sim.nodes.faults import vanish_gpu
-from gpuop_test_runner.agent import TestRunnerAgent
+from gpuop_common.kubelet.assignments import PodRef
+from gpuop_sim.nodes.faults import raise_ras, vanish_gpu
+from gpuop_test_runner.agent import Holders, TestRunnerAgent
 from gpuop_test_runner.executor import RunRequest
 from gpuop_test_runner.recipes import Recipe, RecipeBook
 from gpuop_test_runner.results import ANSWER_ANNOTATION, REQUEST_ANNOTATION, RESULT_LABEL
+from gpuop_test_runner.triggers import held_gpus
 
 # Fixture types live in conftest.py (not importable in importlib mode): named here for reading.
 Cluster = FakeTools = GpuNode = Runner = Any
@@ -30,7 +32,11 @@ class Clock:
 
 
 def make_agent(
-    runner: Runner, api: Any, config: TestRunnerConfig, clock: Clock | None = None
+    runner: Runner,
+    api: Any,
+    config: TestRunnerConfig,
+    clock: Clock | None = None,
+    holders: Holders = lambda: None,
 ) -> TestRunnerAgent:
     return TestRunnerAgent(
         executor=runner.executor,
@@ -39,6 +45,7 @@ def make_agent(
         config=lambda: config,
         stopping=runner.stopping,
         clock=clock or Clock(),
+        holders=holders,
     )
 
 
@@ -122,6 +129,84 @@ def test_unhealthy_gpu_is_tested_once_per_transition(
         ("AUTO_UNHEALTHY_GPU_WATCH", "Failed", "GpuNotFound")
     ] * 2
     assert cluster.reasons() == ["TestFailed", "TestFailed"]
+
+
+TRAINER = PodRef("team-a", "trainer-0", "main")
+
+
+def test_held_gpus_names_the_holders_of_any_part_of_a_gpu(amd: GpuNode) -> None:
+    first, second, third = amd.devices[:3]
+    holders = {
+        first.partitions[3].id: (TRAINER,),  # one CPX partition of the first GPU
+        second.pci_address: (PodRef("team-b", "infer-1", "srv"),),  # a whole GPU by PCI address
+        "some-other-device": (TRAINER,),
+    }
+    ids = [first.id, second.id, third.id, "vanished-gpu"]
+    assert held_gpus(ids, amd.devices, holders) == {
+        first.id: ["team-a/trainer-0/main"],
+        second.id: ["team-b/infer-1/srv"],
+    }
+    assert held_gpus(ids, amd.devices, {}) == {}
+
+
+def test_an_unhealthy_gpu_a_workload_holds_is_tested_once_it_is_free(
+    amd: GpuNode, make_runner: MakeRunner, cluster: Cluster, kube_api_client: Any, wait: Any
+) -> None:
+    clock = Clock()
+    config = TestRunnerConfig(recipe="gpuop-selfcheck", poll_interval_seconds=30)
+    runner = make_runner(amd, kube_api_client)
+    gpu = amd.devices[1]
+    held: dict[str, tuple[PodRef, ...]] | None = {gpu.partitions[0].id: (TRAINER,)}
+    agent = make_agent(runner, kube_api_client, config, clock, holders=lambda: held)
+
+    def tick() -> list[RunRequest]:
+        clock.now += 30
+        started = agent.tick()
+        wait(lambda: not agent.busy(), "the runs to finish")
+        return started
+
+    assert tick() == []  # baseline
+    raise_ras(amd.root, gpu.pci_address)
+    assert tick() == []  # held: deferred
+    assert tick() == []  # still held: no second Event
+    deferred = [m for reason, _type, m in cluster.events() if reason == "TestDeferred"]
+    assert deferred == [
+        f"GPU {gpu.id} turned unhealthy; testing it waits until it is free (held by team-a/trainer-0/main)"
+    ]
+    held = {}  # the workload left
+    (started,) = tick()
+    assert (started.trigger, started.gpu_ids) == ("AUTO_UNHEALTHY_GPU_WATCH", frozenset({gpu.id}))
+    assert tick() == []  # tested: waits for the next transition
+
+
+def test_a_held_gpu_that_recovers_is_not_tested_and_unknown_holders_mean_test(
+    amd: GpuNode, make_runner: MakeRunner, cluster: Cluster, kube_api_client: Any, wait: Any
+) -> None:
+    clock = Clock()
+    config = TestRunnerConfig(recipe="gpuop-selfcheck", poll_interval_seconds=30)
+    runner = make_runner(amd, kube_api_client)
+    gpu = amd.devices[4]
+    held: dict[str, tuple[PodRef, ...]] | None = {gpu.id: (TRAINER,)}
+    agent = make_agent(runner, kube_api_client, config, clock, holders=lambda: held)
+
+    def tick() -> list[RunRequest]:
+        clock.now += 30
+        started = agent.tick()
+        wait(lambda: not agent.busy(), "the runs to finish")
+        return started
+
+    assert tick() == []
+    raise_ras(amd.root, gpu.pci_address)
+    assert tick() == []  # held: deferred
+    raise_ras(amd.root, gpu.pci_address, by=-1)  # back to the baseline count: healthy again
+    assert tick() == []
+    held = {}
+    assert tick() == []  # recovered before it was free: nothing to test
+    held = None  # the kubelet cannot say who holds what (socket absent, old kubelet)
+    raise_ras(amd.root, gpu.pci_address)
+    (started,) = tick()  # a silent agent that never tests would be worse than disturbing a workload
+    assert started.gpu_ids == frozenset({gpu.id})
+    assert runner.results()[-1].trigger == "AUTO_UNHEALTHY_GPU_WATCH"
 
 
 def test_no_auto_runs_unless_the_trigger_says_so(

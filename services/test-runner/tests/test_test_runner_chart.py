@@ -98,6 +98,7 @@ def test_privileges_follow_values_and_say_why(chart: Path) -> None:
         "dev": "/dev",
         "logs": "/var/log/gpuop-test-runner",
         "config": "/etc/gpuop",
+        "pod-resources": "/var/lib/kubelet/pod-resources",
     }
     logs = next(v for v in plain["volumes"] if v["name"] == "logs")
     assert logs["hostPath"] == {"path": "/var/log/gpuop-test-runner", "type": "DirectoryOrCreate"}
@@ -112,6 +113,10 @@ def test_args_parse_as_the_service_settings(chart: Path) -> None:
         5,
         "/var/log/gpuop-test-runner",
     )
+    # The agent asks the kubelet which GPUs are held; one-shot Jobs test what they are told to.
+    assert str(settings.pod_resources_socket) == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert "pod-resources" in {v["name"] for v in pod_spec(by_kind(docs, "DaemonSet"))["volumes"]}
+    assert "pod-resources" not in {v["name"] for v in pod_spec(by_kind(docs, "Job"))["volumes"]}
     assert agent["livenessProbe"]["httpGet"]["port"] == 8084
     job = pod_spec(by_kind(docs, "Job"))
     assert (job["nodeName"], job["restartPolicy"]) == ("gpu-1", "Never")
@@ -147,6 +152,7 @@ def test_values_schema_config_is_the_service_model(chart: Path) -> None:
         "config.pollIntervalSeconds=1",
         "keepRuns=0",
         "manualJob.nodeName=Bad_Node",
+        "podResourcesHostPath=relative/dir",
         "x=1",
     ],
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuop_common.config.testrunner import TestRunnerConfig
@@ -22,11 +22,13 @@ from kubernetes.client.exceptions import ApiException
 from gpuop_test_runner.executor import RunRequest, TestExecutor
 from gpuop_test_runner.recipes import RecipeBook, RecipeError
 from gpuop_test_runner.results import REQUEST_ANNOTATION, RunResult
-from gpuop_test_runner.triggers import UnhealthyTransitions, parse_request
+from gpuop_test_runner.triggers import UnhealthyTransitions, held_gpus, parse_request
 
 log = logging.getLogger(__name__)
 
 GPU_COUNT_LABEL = "gpuop.dev/gpu.count"
+# Device id -> who holds it (kubelet pod-resources); None when that cannot be known right now.
+Holders = Callable[[], Mapping[str, Sequence[object]] | None]
 REQUEST_TIMEOUT_S = 15.0
 
 
@@ -57,6 +59,7 @@ class TestRunnerAgent:
         vendor: str = "auto",
         nvml: Any | None = None,
         clock: Callable[[], float] = time.monotonic,
+        holders: Holders = lambda: None,
     ) -> None:
         self.executor = executor
         self.clock = clock
@@ -67,6 +70,8 @@ class TestRunnerAgent:
         self.vendor = vendor
         self.nvml = nvml
         self.transitions = UnhealthyTransitions()
+        self.holders = holders
+        self._waiting: set[str] = set()  # unhealthy GPUs a workload holds, tested once free
         self._health_backends: list[GpuBackend] | None = None
         self._next_health = 0.0
         self._in_flight: set[str] = set()
@@ -116,15 +121,40 @@ class TestRunnerAgent:
             self.close()
             return []
         turned = self.transitions.update(health)
-        if not turned:
+        self._waiting &= {h.gpu_id for h in health if not h.healthy}  # a recovered GPU waits no more
+        candidates = [*turned, *sorted(self._waiting.difference(turned))]
+        if not candidates:
             return []
-        log.info("GPUs turned unhealthy, testing them", extra={"gpus": turned})
+        targets = self._idle(candidates)
+        if not targets:
+            return []
+        log.info("GPUs turned unhealthy, testing them", extra={"gpus": targets})
         try:
             recipe = RecipeBook.from_config(config).for_trigger(config)
         except RecipeError as exc:
             log.error("cannot test unhealthy GPUs", extra={"error": str(exc)})
             return []
-        return [RunRequest(recipe=recipe, trigger="AUTO_UNHEALTHY_GPU_WATCH", gpu_ids=frozenset(turned))]
+        return [RunRequest(recipe=recipe, trigger="AUTO_UNHEALTHY_GPU_WATCH", gpu_ids=frozenset(targets))]
+
+    def _idle(self, candidates: list[str]) -> list[str]:
+        """The candidates no workload holds; held ones wait (one Event each) for the next polls.
+
+        A test on a GPU a workload uses would disturb the workload and judge the GPU under load.
+        When the kubelet cannot say who holds what, every candidate is tested: an unhealthy GPU
+        is already failing its workload, and a silent never-testing agent would be worse."""
+        holders = self.holders()
+        if holders is None:
+            return candidates
+        try:
+            devices = [d for b in self._health_backends or [] for d in b.enumerate()]
+        except GpuBackendError as exc:
+            log.warning("cannot enumerate GPUs to find their holders", extra={"error": str(exc)})
+            return candidates
+        held = held_gpus(candidates, devices, holders)
+        for gpu_id in sorted(held.keys() - self._waiting):
+            self.executor.reporter.deferred(gpu_id, held[gpu_id])
+        self._waiting = set(held)
+        return [gpu for gpu in candidates if gpu not in held]
 
     # runs ----------------------------------------------------------------------------------------
     def _dispatch(self, request: RunRequest) -> None:
@@ -175,4 +205,4 @@ class TestRunnerAgent:
                 backend.close()
             except GpuBackendError as exc:
                 log.warning("closing GPU backend failed", extra={"error": str(exc)})
-        self._health_backends = None
+        self._health_backends = None  # reopened at the next health poll

@@ -10,6 +10,7 @@ from pathlib import Path
 from gpuop_common.config.testrunner import TestRunnerConfig
 from gpuop_common.configfile import ConfigFileError, ConfigFileWatcher, load_config
 from gpuop_common.kube import KubeConfigError, make_api_client
+from gpuop_common.kubelet.assignments import Assignments, PodResourcesWatcher
 from gpuop_common.logs import configure_logging
 from gpuop_common.settings import parse_settings
 from gpuop_common.shutdown import ServiceContext, Stopping, install_signal_handlers, run_service
@@ -83,6 +84,12 @@ def serve(ctx: ServiceContext[TestRunnerSettings], metrics: TestRunnerMetrics) -
             watcher.start_in_thread(ctx.stopping)
     initial = watcher.config if watcher is not None else TestRunnerConfig()
     executor = _executor(s, initial, api, metrics, ctx.stopping)
+    pod_resources = PodResourcesWatcher(s.pod_resources_socket)
+
+    def holders() -> Assignments | None:
+        status = pod_resources.poll()
+        return status.assignments if status.up else None
+
     agent = TestRunnerAgent(
         executor=executor,
         api=api,
@@ -90,6 +97,7 @@ def serve(ctx: ServiceContext[TestRunnerSettings], metrics: TestRunnerMetrics) -
         config=(lambda: watcher.config) if watcher is not None else TestRunnerConfig,
         stopping=ctx.stopping,
         vendor=s.vendor,
+        holders=holders,
     )
     ctx.probes.set_ready(True)
     try:
@@ -103,6 +111,7 @@ def serve(ctx: ServiceContext[TestRunnerSettings], metrics: TestRunnerMetrics) -
         if not agent.join(STOP_WAIT_S):
             log.error("test runs still running at exit")
         agent.close()
+        pod_resources.close()
         if api is not None:
             api.close()  # type: ignore[no-untyped-call]
     return 0

@@ -60,6 +60,15 @@ class Reporter:
         except ApiException as exc:
             log.warning("could not update the node with the run result", extra={"status": exc.status})
 
+    def deferred(self, gpu_id: str, holders: list[str]) -> None:
+        """An unhealthy GPU a workload holds: its test waits until the GPU is free (one Event)."""
+        message = (
+            f"GPU {gpu_id} turned unhealthy; testing it waits until it is free (held by {', '.join(holders)})"
+        )
+        log.info("unhealthy GPU held by a workload, test deferred", extra={"gpu": gpu_id, "holders": holders})
+        if self.events is not None and self.node_name:
+            self.events.record(ObjectRef.node(self.node_name), "TestDeferred", message, "Normal")
+
     @kube_retry()
     def _patch(self, result: RunResult, request: str | None) -> None:
         assert self.api is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from gpuop_common.kubelet import podresources as pr
 from gpuop_common.settings import AgentSettings
 from pydantic import Field
 
@@ -30,6 +31,10 @@ class TestRunnerSettings(AgentSettings):
         20, ge=1, le=10000, description="Run logs kept (the newest); older ones are deleted."
     )
     tool_path: str = Field(DEFAULT_TOOL_PATH, description="Directories searched for test tools after PATH.")
+    pod_resources_socket: Path = Field(
+        Path(pr.POD_RESOURCES_SOCKET),
+        description="Kubelet pod-resources socket: unhealthy GPUs a workload holds are not tested.",
+    )
     vendor: Literal["auto", "amd", "nvidia"] = Field(
         "auto", description="GPU backends to use; auto detects them from the host root."
     )

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuop_common.gpu import GpuHealth
+from gpuop_common.gpu import GpuDevice, GpuHealth
 
 _REQUEST = re.compile(
     r"^(?P<recipe>[A-Za-z0-9][A-Za-z0-9_./-]{0,127})(?::(?P<id>[A-Za-z0-9][A-Za-z0-9_.-]{0,62}))?$"
@@ -44,3 +44,23 @@ class UnhealthyTransitions:
         new = [gpu for gpu in now if gpu not in self._unhealthy]
         self._unhealthy = set(now)
         return new
+
+
+def held_gpus(
+    gpu_ids: Iterable[str], devices: Sequence[GpuDevice], holders: Mapping[str, Sequence[object]]
+) -> dict[str, list[str]]:
+    """GPU id -> the holders (pod/container) of any part of it, for the GPUs in `gpu_ids` that are held.
+
+    `holders` maps a device id from the kubelet's pod-resources API to who holds it. A partitioned
+    GPU is held when any partition is: a vendor test exercises the whole GPU.
+    """
+    by_id = {d.id: d for d in devices}
+    held: dict[str, list[str]] = {}
+    for gpu_id in gpu_ids:
+        device = by_id.get(gpu_id)
+        if device is None:
+            continue  # vanished GPU: nothing can hold it, the test reports it missing
+        found = sorted({str(h) for device_id in device.allocation_ids for h in holders.get(device_id, ())})
+        if found:
+            held[gpu_id] = found
+    return held

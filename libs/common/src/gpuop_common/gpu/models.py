@@ -159,6 +159,17 @@ class GpuDevice:
     partitions: tuple[ComputePartition, ...] = ()
     mig_devices: tuple[MigDevice, ...] = ()
 
+    @property
+    def allocation_ids(self) -> tuple[str, ...]:
+        """Every id a kubelet allocation may name part of this GPU by: the GPU id and PCI address
+        (device plugin ids of a whole GPU), its partitions' ids and its MIG devices' UUIDs."""
+        return (
+            self.id,
+            self.pci_address,
+            *(part.id for part in self.partitions),
+            *(mig.uuid for mig in self.mig_devices),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class HealthReason:

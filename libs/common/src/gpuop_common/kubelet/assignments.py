@@ -3,7 +3,8 @@
 `assignments_from(response)` is the pure part: device id -> containers holding it, for GPU resources
 (`amd.com/*`, `nvidia.com/*`, `gpuop.dev/*` from device plugins) and DRA claims of the GPU drivers.
 `PodResourcesWatcher.poll()` asks the kubelet and never raises: when the socket is absent or broken
-every series gets empty pod labels, the problem is logged once per change and counted.
+the status says so (`up` False, no assignments), the problem is logged once per change and counted.
+The metrics exporter labels series with the holders; the test runner leaves held GPUs alone.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ class PodRef:
     namespace: str
     pod: str
     container: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.container}"
 
 
 Assignments = dict[str, tuple[PodRef, ...]]
