@@ -13,7 +13,18 @@ from typing import Any
 
 import pytest
 from gpuop_sim.cluster import SimNode, node_address
-from gpuop_sim.demo import NodeRow, PodCell, Tone, node_rows, pod_cell, pods_cell, stage_of, use_live
+from gpuop_sim.demo import (
+    NodeRow,
+    PodCell,
+    Tone,
+    node_rows,
+    pod_cell,
+    pods_cell,
+    self_check_due,
+    self_check_of,
+    stage_of,
+    use_live,
+)
 
 TITLE = "gpuop simulated cluster"
 
@@ -184,6 +195,40 @@ def test_the_table_redraws_in_place_only_on_a_terminal(no_live: bool, is_termina
 
 def test_stage_of_a_fresh_node_is_a_dash() -> None:
     assert stage_of({"metadata": {"name": "n"}}) == "-"
+
+
+def gpu_node(name: str, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> Any:
+    return {"metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}}}
+
+
+def runner_pod(node: str, *, ready: bool) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"gpuop-test-runner-{node}", "labels": {"app.kubernetes.io/name": "test-runner"}},
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]},
+    }
+
+
+def test_the_self_check_is_requested_once_per_node_whose_test_runner_is_ready() -> None:
+    nodes = [
+        gpu_node("fresh"),  # ready runner, nothing yet: due
+        gpu_node("starting"),  # runner not ready yet
+        gpu_node("no-runner"),  # testRunner not enabled for it
+        gpu_node("waiting", annotations={"gpuop.dev/test-request": "gpuop-selfcheck:demo"}),
+        gpu_node("answered", labels={"gpuop.dev/gpu.test-result": "failed"}),
+        gpu_node("asked-before"),  # the demo asked; the agent's answer may not show yet
+    ]
+    pods = [
+        runner_pod("fresh", ready=True),
+        runner_pod("starting", ready=False),
+        runner_pod("waiting", ready=True),
+        runner_pod("answered", ready=True),
+        runner_pod("asked-before", ready=True),
+    ]
+    assert self_check_due(nodes, pods, requested={"asked-before"}) == ["fresh"]
+    assert [self_check_of(n) for n in nodes] == ["-", "-", "-", "requested", "failed", "-"]
+    (row,) = node_rows([], [nodes[4]], [])
+    assert row.self_check == "failed"
 
 
 CHART_YAML = "apiVersion: v2\nname: gpu-operator\nversion: 0.1.0\n"

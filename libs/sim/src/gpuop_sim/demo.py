@@ -3,10 +3,12 @@
 Starts a SimCluster with AMD and NVIDIA nodes, prints the kubeconfig and a kubectl command to paste,
 installs `charts/gpu-operator` with the real helm + kubectl when that chart exists, and shows a table
 of nodes (vendor, GPU profile, rollout stage from `gpuop.dev/` labels/annotations, pods, GPU
-resources, metrics URLs) redrawn in place until Ctrl-C. Each pod shows what `kubectl get pods` would
-(`device-plugin CrashLoopBackOff x26`: its container's waiting/terminated reason and restart count),
-coloured on a terminal. `--no-live`, or a stdout that is not a terminal (`make demo | tee demo.log`),
-prints the table on each change instead; `--duration` exits after that many seconds.
+resources, self-check result, metrics URLs) redrawn in place until Ctrl-C. Once a node's test
+runner is ready the demo asks it for the self-check, as an admin would with `kubectl annotate`.
+Each pod shows what `kubectl get pods` would (`device-plugin CrashLoopBackOff x26`: its container's
+waiting/terminated reason and restart count), coloured on a terminal. `--no-live`, or a stdout that
+is not a terminal (`make demo | tee demo.log`), prints the table on each change instead;
+`--duration` exits after that many seconds.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ from gpuop_sim.workloads.objects import (
 from gpuop_sim.workloads.simkubelet.nodestatus import is_extended
 
 DEPLOY_PREFIX = "gpuop.dev/deploy."
+# The test runner's Node API (docs/test-runner.md): the demo requests, the agent answers.
+TEST_REQUEST_ANNOTATION = "gpuop.dev/test-request"
+TEST_RESULT_LABEL = "gpuop.dev/gpu.test-result"
+SELF_CHECK_REQUEST = "gpuop-selfcheck:demo"
+TEST_RUNNER = "test-runner"
 OPERATOR_NAMESPACE = "gpu-operator"
 RELEASE = "gpuop"
 LABEL_COLUMNS = (
@@ -100,6 +107,7 @@ class NodeRow:
     resources: str
     metrics: str
     pod_cells: tuple[PodCell, ...] = ()
+    self_check: str = "-"
 
     @property
     def pods_text(self) -> str:
@@ -123,6 +131,28 @@ def stage_of(node: Obj) -> str:
     if deployed:
         parts.append("deploy: " + ",".join(deployed))
     return "; ".join(parts) or "-"
+
+
+def self_check_of(node: Obj) -> str:
+    """`passed` / `failed` (the agent's result label), `requested` while a request waits, else `-`."""
+    if TEST_REQUEST_ANNOTATION in annotations_of(node):
+        return "requested"
+    return labels_of(node).get(TEST_RESULT_LABEL, "-")
+
+
+def self_check_due(nodes: Sequence[Obj], pods: Sequence[Obj], requested: set[str]) -> list[str]:
+    """Nodes whose test runner is ready and that have neither a result nor a request yet, and that
+    the demo has not asked before (an answer that clears the request must not start another)."""
+    ready_on = {
+        spec_of(p).get("nodeName")
+        for p in pods
+        if _pod_name(p) == TEST_RUNNER and pod_phase(p) == "Running" and pod_is_ready(p)
+    }
+    return [
+        name_of(n)
+        for n in sorted(nodes, key=name_of)
+        if name_of(n) in ready_on and name_of(n) not in requested and self_check_of(n) == "-"
+    ]
 
 
 def metrics_urls(pod: Obj) -> list[str]:
@@ -162,6 +192,7 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
                 resources=resources or "-",
                 metrics=" ".join(urls) or "-",
                 pod_cells=tuple(pod_cell(p) for p in sorted(on_node, key=_pod_name)),
+                self_check=self_check_of(node),
             )
         )
     return rows
@@ -230,11 +261,20 @@ def _gpus(profile: str, sim: SimNode | None) -> str:
 
 def render(rows: Sequence[NodeRow]) -> Table:
     table = Table(title="gpuop simulated cluster", expand=False)
-    for column in ("node", "vendor", "gpus", "ready", "stage", "pods", "allocatable", "metrics"):
+    columns = ("node", "vendor", "gpus", "ready", "stage", "pods", "allocatable", "self-check", "metrics")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(
-            row.node, row.vendor, row.gpus, row.ready, row.stage, pods_cell(row), row.resources, row.metrics
+            row.node,
+            row.vendor,
+            row.gpus,
+            row.ready,
+            row.stage,
+            pods_cell(row),
+            row.resources,
+            row.self_check,
+            row.metrics,
         )
     return table
 
@@ -269,11 +309,26 @@ def install_operator_chart(cluster: SimCluster, chart: Path, console: Console) -
     return True
 
 
-def snapshot(cluster: SimCluster) -> list[NodeRow]:
-    rest = cluster.api()
-    nodes, _ = rest.list(NODES)
-    pods, _ = rest.list(PODS)
-    return node_rows(cluster.nodes, nodes, pods)
+class Snapshots:
+    """Reads the cluster for the table and asks each node's ready test runner for the self-check once."""
+
+    def __init__(self, cluster: SimCluster, console: Console) -> None:
+        self.cluster = cluster
+        self.console = console
+        self.requested: set[str] = set()
+
+    def __call__(self) -> list[NodeRow]:
+        rest = self.cluster.api()
+        nodes, _ = rest.list(NODES)
+        pods, _ = rest.list(PODS)
+        for name in self_check_due(nodes, pods, self.requested):
+            self.requested.add(name)
+            self.console.print(
+                f"self-check: kubectl annotate node {name} {TEST_REQUEST_ANNOTATION}={SELF_CHECK_REQUEST}"
+            )
+            body = {"metadata": {"annotations": {TEST_REQUEST_ANNOTATION: SELF_CHECK_REQUEST}}}
+            rest.patch(NODES, name, body)
+        return node_rows(self.cluster.nodes, nodes, pods)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,12 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"try:        {kubectl_hint(cluster.kubeconfig)}", soft_wrap=True)
         install_operator_chart(cluster, args.chart, console)
         deadline = None if args.duration is None else time.monotonic() + args.duration
+        snapshot = Snapshots(cluster, console)
         if not use_live(no_live=args.no_live, is_terminal=console.is_terminal):
-            _print_on_change(cluster, console, stop, deadline, args.refresh)
+            _print_on_change(snapshot, console, stop, deadline, args.refresh)
         else:
-            with Live(render(snapshot(cluster)), console=console, refresh_per_second=4) as live:
+            with Live(render(snapshot()), console=console, refresh_per_second=4) as live:
                 while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-                    live.update(render(snapshot(cluster)))
+                    live.update(render(snapshot()))
                     stop.wait(_until(deadline, args.refresh))
             console.print()  # Live leaves the cursor at the end of the table
     except Exception as error:
@@ -338,11 +394,11 @@ def _until(deadline: float | None, refresh: float) -> float:
 
 
 def _print_on_change(
-    cluster: SimCluster, console: Console, stop: threading.Event, deadline: float | None, refresh: float
+    snapshot: Snapshots, console: Console, stop: threading.Event, deadline: float | None, refresh: float
 ) -> None:
     last: list[NodeRow] | None = None
     while True:
-        rows = snapshot(cluster)
+        rows = snapshot()
         if rows != last:
             console.print(render(rows))
             last = rows
