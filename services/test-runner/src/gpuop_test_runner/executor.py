@@ -161,7 +161,7 @@ class TestExecutor:
                     logfile.write(f"--- gpuop: {message}\n")
                     outcome = ToolRun(outcome="Failed", reason="GpuNotFound", message=message)
                 else:
-                    outcome = self._execute(recipe, backends, chosen, logfile)
+                    outcome = self._execute(recipe, backends, chosen, devices, logfile)
         finally:
             self.reporter.metrics.running.dec()
         result = RunResult(
@@ -184,10 +184,16 @@ class TestExecutor:
         return result
 
     def _execute(
-        self, recipe: Recipe, backends: list[GpuBackend], chosen: list[GpuDevice], logfile: Any
+        self,
+        recipe: Recipe,
+        backends: list[GpuBackend],
+        chosen: list[GpuDevice],
+        devices: list[GpuDevice],
+        logfile: Any,
     ) -> ToolRun:
         if recipe.framework == "selfcheck":
-            report = selfcheck(self.host_root, backends, {d.id for d in chosen}, self.advertised_gpus())
+            wanted = {d.id for d in chosen}
+            report = selfcheck(self.host_root, backends, devices, wanted, self.advertised_gpus())
             logfile.write(f"--- gpuop: self-check: {report.message}\n")
             for gpu in report.gpus:
                 logfile.write(f"GPU {gpu.index} {gpu.gpu}: {gpu.result} {gpu.detail}\n")

@@ -51,10 +51,14 @@ class SelfCheckReport:
 
 
 def selfcheck(
-    host_root: Path, backends: Sequence[GpuBackend], wanted: set[str] | None, advertised: int | None
+    host_root: Path,
+    backends: Sequence[GpuBackend],
+    devices: Sequence[GpuDevice],
+    wanted: set[str] | None,
+    advertised: int | None,
 ) -> SelfCheckReport:
-    """Run the checks on the GPUs in `wanted` (ids; None = all); `advertised` None skips the count check."""
-    devices = [d for b in backends for d in b.enumerate()]
+    """Run the checks on the GPUs in `wanted` (ids; None = all) of `devices` (what `backends`
+    enumerated for this run); `advertised` None skips the count check."""
     telemetry_ids: set[str] = set()
     telemetry_errors: list[str] = []
     for backend in backends:

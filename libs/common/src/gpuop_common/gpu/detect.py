@@ -36,14 +36,17 @@ def _pci_gpus(root: Path, vendor_id: int) -> bool:
 
 
 def _amd_present(root: Path) -> bool:
-    if any(node.is_gpu for node in read_topology(root)):
-        return True
+    # Cheapest first: a DRM card or a PCI function is a few small reads, while the KFD topology
+    # (every node's properties and links: ~900 files on an MI300X in CPX) is the last resort for
+    # a root that has KFD but neither (some containers mount only /sys/class/kfd).
     drm = root / DRM_CLASS
     if drm.is_dir():
         for card in drm.glob("card*"):
             if read_optional(card / "device" / "vendor", parse_hex) == AMD_VENDOR_ID:
                 return True
-    return _pci_gpus(root, AMD_VENDOR_ID)
+    if _pci_gpus(root, AMD_VENDOR_ID):
+        return True
+    return any(node.is_gpu for node in read_topology(root))
 
 
 def _nvidia_present(root: Path) -> bool:
