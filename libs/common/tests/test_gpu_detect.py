@@ -77,3 +77,24 @@ def test_cpu_only_node_has_no_backends(gpu_node_root, monkeypatch):
 def test_unknown_vendor_is_a_typed_error(tmp_path):
     with pytest.raises(GpuBackendError, match="intel"):
         open_backends(tmp_path, "intel")
+
+
+def test_backends_sharing_a_topology_cache_read_kfd_once_per_kernel_rebuild(gpu_node_root, monkeypatch):
+    import gpuop_common.gpu.amd_topology as topology_module
+    from gpuop_common.gpu.amd_topology import TopologyCache
+    from gpuop_sim.nodes.faults import set_kfd_property
+
+    info = gpu_node_root("amd-mi300x-cpx")
+    walks = []
+    real_read = topology_module.read_topology
+    monkeypatch.setattr(topology_module, "read_topology", lambda root: walks.append(root) or real_read(root))
+    cache = TopologyCache()
+    first = open_backends(info.root, "amd", topology=cache)[0].enumerate()
+    again = open_backends(info.root, "amd", topology=cache)[0].enumerate()
+    assert len(walks) == 1  # the second backend reused the first one's walk
+    assert [g.id for g in again] == [g.id for g in first]
+    set_kfd_property(info.root, 1, "simd_count", 0)  # the kernel rebuilds and bumps generation_id
+    open_backends(info.root, "amd", topology=cache)[0].enumerate()
+    assert len(walks) == 2
+    open_backends(info.root, "amd")[0].enumerate()  # no shared cache: a walk of its own
+    assert len(walks) == 3

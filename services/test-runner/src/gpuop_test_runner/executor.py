@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuop_common.gpu import GpuBackend, GpuDevice, open_backends
+from gpuop_common.gpu.amd_topology import TopologyCache
 from gpuop_common.shutdown import Stopping
 
 from gpuop_test_runner.gpus import selfcheck, targets_for
@@ -97,9 +98,13 @@ class TestExecutor:
         self.vendor = vendor
         self.nvml = nvml
         self.locks = locks or GpuLocks()
+        # Each run opens its own backends (a driver reload between runs must be seen), but the
+        # KFD topology walk (~4,600 files on an MI300X in CPX) is repeated only when the kernel
+        # rebuilt the topology: generation_id says so.
+        self.topology = TopologyCache()
 
     def run(self, request: RunRequest) -> RunResult:
-        backends = open_backends(self.host_root, self.vendor, nvml=self.nvml)
+        backends = open_backends(self.host_root, self.vendor, nvml=self.nvml, topology=self.topology)
         try:
             devices = [d for b in backends for d in b.enumerate()]
             # A vendor's tool tests only that vendor's GPUs (a mixed node has both).

@@ -61,10 +61,10 @@ def split_mode(mode: str) -> tuple[str | None, str | None]:
 class AmdSysfsBackend(GpuBackend):
     vendor = Vendor.AMD
 
-    def __init__(self, host_root: Path | str = "/") -> None:
+    def __init__(self, host_root: Path | str = "/", topology: TopologyCache | None = None) -> None:
         self.root = Path(host_root)
         self._baseline: dict[str, _Baseline] | None = None
-        self._topology = TopologyCache()
+        self._topology = topology or TopologyCache()
 
     # inventory -----------------------------------------------------------------------------------
     def _inventory(self) -> list[tuple[GpuDevice, AmdGpuSource]]:

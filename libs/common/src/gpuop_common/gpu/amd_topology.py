@@ -7,6 +7,7 @@ file instead of an exception (a half-written topology during a driver reload is 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,23 +188,26 @@ class TopologyCache:
     """Re-parses KFD only when it changed: the kernel bumps `generation_id` on every rebuild.
 
     The key also holds the node-dir listing, so a vanished node is seen even without a bump; a
-    topology without `generation_id` (some captures) is parsed on every call.
+    topology without `generation_id` (some captures) is parsed on every call. Thread-safe, so the
+    backends of concurrent runs can share one (the test runner's executor does).
     """
 
     def __init__(self) -> None:
         self._key: tuple[bytes, tuple[str, ...]] | None = None
         self._nodes: list[KfdNode] = []
+        self._lock = threading.Lock()
 
     def read(self, root: Path) -> list[KfdNode]:
         topology = root / KFD_TOPOLOGY
-        try:
-            generation = (topology / "generation_id").read_bytes()
-            listing = tuple(sorted(p.name for p in (topology / "nodes").iterdir()))
-        except OSError:
-            self._key = None
-            return read_topology(root)
-        key = (generation, listing)
-        if key != self._key:
-            self._nodes = read_topology(root)
-            self._key = key
-        return self._nodes
+        with self._lock:
+            try:
+                generation = (topology / "generation_id").read_bytes()
+                listing = tuple(sorted(p.name for p in (topology / "nodes").iterdir()))
+            except OSError:
+                self._key = None
+                return read_topology(root)
+            key = (generation, listing)
+            if key != self._key:
+                self._nodes = read_topology(root)
+                self._key = key
+            return self._nodes

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from gpuop_common.gpu.amd import AmdSysfsBackend
 from gpuop_common.gpu.amd_drm import AMD_VENDOR_ID, DRM_CLASS, PCI_DEVICES
-from gpuop_common.gpu.amd_topology import read_topology
+from gpuop_common.gpu.amd_topology import TopologyCache, read_topology
 from gpuop_common.gpu.base import GpuBackend
 from gpuop_common.gpu.errors import GpuBackendError
 from gpuop_common.gpu.models import Vendor
@@ -65,14 +65,20 @@ def detect_vendors(host_root: Path | str = "/") -> list[Vendor]:
 
 
 def open_backends(
-    host_root: Path | str = "/", vendor: VendorChoice | str = "auto", *, nvml: Any | None = None
+    host_root: Path | str = "/",
+    vendor: VendorChoice | str = "auto",
+    *,
+    nvml: Any | None = None,
+    topology: TopologyCache | None = None,
 ) -> list[GpuBackend]:
     """Backends for the node. `auto` opens one per detected vendor and leaves out an NVIDIA backend
-    whose driver is missing; naming a vendor always returns its backend (possibly `available=False`)."""
+    whose driver is missing; naming a vendor always returns its backend (possibly `available=False`).
+    `topology`: a KFD topology cache to share with backends opened before or after (it re-reads the
+    topology only when the kernel rebuilt it)."""
     root = Path(host_root)
     choice = vendor.lower()
     if choice == "amd":
-        return [AmdSysfsBackend(root)]
+        return [AmdSysfsBackend(root, topology)]
     if choice == "nvidia":
         return [NvmlBackend(nvml, root)]
     if choice != "auto":
@@ -80,7 +86,7 @@ def open_backends(
     backends: list[GpuBackend] = []
     for found in detect_vendors(root):
         if found == Vendor.AMD:
-            backends.append(AmdSysfsBackend(root))
+            backends.append(AmdSysfsBackend(root, topology))
             continue
         nvidia = NvmlBackend(nvml, root)
         if nvidia.available:
