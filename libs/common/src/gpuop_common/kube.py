@@ -4,6 +4,9 @@ Credentials, first that works: an explicit kubeconfig (`--kubeconfig` / `GPUOP_K
 service account (in-cluster), then `KUBECONFIG` or `~/.kube/config`. Each call builds its own
 `Configuration`, never touching the client library's process-wide default, so one process can talk
 to several (simulated) clusters.
+
+The writes go through `KubeJson` (plain JSON dicts), not the generated `CoreV1Api`: the typed API
+builds thousands of pydantic model classes on its first call, ~20 MiB of every agent's memory.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from gpuop_common.kubejson import EVENTS, MERGE_PATCH, NODES, KubeJson
 from gpuop_common.retry import kube_retry
 
 log = logging.getLogger(__name__)
@@ -93,6 +97,12 @@ def label_changes(current: Mapping[str, str], desired: Mapping[str, str | None])
     return changes
 
 
+def read_node_metadata(api_client: client.ApiClient, node_name: str, timeout: float = 15.0) -> dict[str, Any]:
+    """The Node's `metadata` as JSON (labels, annotations, resourceVersion); ApiException on errors."""
+    metadata: dict[str, Any] = KubeJson(api_client, timeout).get(NODES, node_name).get("metadata") or {}
+    return metadata
+
+
 @kube_retry()
 def patch_node_labels(
     api_client: client.ApiClient,
@@ -105,18 +115,16 @@ def patch_node_labels(
 
     A JSON merge patch of just the changed keys leaves labels owned by others untouched.
     """
-    core = client.CoreV1Api(api_client)
-    node = core.read_node(node_name)
-    current = node.metadata.labels if node.metadata is not None else None
-    changes = label_changes(current or {}, desired)
+    api = KubeJson(api_client)
+    node = api.get(NODES, node_name)
+    current = (node.get("metadata") or {}).get("labels") or {}
+    changes = label_changes(current, desired)
     if not changes:
         return {}
     if dry_run:
         log.info("dry run: would patch node labels", extra={"node": node_name, "labels": changes})
         return changes
-    core.patch_node(
-        node_name, {"metadata": {"labels": changes}}, _content_type="application/merge-patch+json"
-    )
+    api.patch(NODES, node_name, {"metadata": {"labels": changes}}, content_type=MERGE_PATCH)
     log.info("patched node labels", extra={"node": node_name, "labels": changes})
     return changes
 
@@ -144,9 +152,7 @@ def patch_node_metadata(
         return
     if resource_version is not None:
         metadata["resourceVersion"] = resource_version
-    client.CoreV1Api(api_client).patch_node(
-        node_name, {"metadata": metadata}, _content_type="application/merge-patch+json"
-    )
+    KubeJson(api_client).patch(NODES, node_name, {"metadata": metadata}, content_type=MERGE_PATCH)
     log.info("patched node metadata", extra={"node": node_name, "labels": labels, "annotations": annotations})
 
 
@@ -173,8 +179,9 @@ class ObjectRef:
 EventType = Literal["Normal", "Warning"]
 
 
-def _now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
+def _now() -> str:
+    """RFC 3339 in whole seconds, as Event timestamps are serialised."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 @dataclass
@@ -190,7 +197,7 @@ class EventRecorder:
     def __init__(
         self, api_client: client.ApiClient, component: str, host: str = "", *, dry_run: bool = False
     ) -> None:
-        self._core = client.CoreV1Api(api_client)
+        self._api = KubeJson(api_client)
         self.component = component
         self.host = host
         self.dry_run = dry_run
@@ -219,12 +226,9 @@ class EventRecorder:
 
     def _bump(self, seen: _Occurrence) -> bool:
         seen.count += 1
-        last = _now().isoformat().replace("+00:00", "Z")
-        patch: dict[str, Any] = {"count": seen.count, "lastTimestamp": last}
+        patch: dict[str, Any] = {"count": seen.count, "lastTimestamp": _now()}
         try:
-            self._core.patch_namespaced_event(
-                seen.name, seen.namespace, patch, _content_type="application/merge-patch+json"
-            )
+            self._api.patch(EVENTS, seen.name, patch, seen.namespace, content_type=MERGE_PATCH)
         except ApiException as exc:
             if exc.status == 404:  # the Event expired (default TTL 1 h): start a new one
                 return False
@@ -236,25 +240,24 @@ class EventRecorder:
         namespace = about.namespace or CLUSTER_SCOPED_EVENT_NAMESPACE
         now = _now()
         name = f"{about.name}.{secrets.token_hex(8)}"
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
-            involved_object=client.V1ObjectReference(
-                kind=about.kind,
-                name=about.name,
-                namespace=about.namespace or None,
-                uid=about.uid or None,
-                api_version=about.api_version,
-                field_path=about.field_path or None,
-            ),
-            reason=reason,
-            message=message,
-            type=type,
-            source=client.V1EventSource(component=self.component, host=self.host or None),
-            reporting_component=self.component,
-            reporting_instance=self.host or self.component,
-            count=1,
-            first_timestamp=now,
-            last_timestamp=now,
-        )
-        self._core.create_namespaced_event(namespace, event)
+        involved: dict[str, str] = {"kind": about.kind, "name": about.name, "apiVersion": about.api_version}
+        optional = {"namespace": about.namespace, "uid": about.uid, "fieldPath": about.field_path}
+        involved.update({key: value for key, value in optional.items() if value})
+        source = {"component": self.component, **({"host": self.host} if self.host else {})}
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": type,
+            "source": source,
+            "reportingComponent": self.component,
+            "reportingInstance": self.host or self.component,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+        }
+        self._api.create(EVENTS, event, namespace)
         return _Occurrence(name=name, namespace=namespace, count=1)

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuop_common.config.testrunner import TestRunnerConfig
 from gpuop_common.gpu import GpuBackend, GpuBackendError, open_backends
+from gpuop_common.kube import read_node_metadata
 from gpuop_common.shutdown import Stopping
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -37,11 +38,11 @@ def advertised_gpu_count(api: client.ApiClient | None, node_name: str) -> int | 
     if api is None or not node_name:
         return None
     try:
-        node = client.CoreV1Api(api).read_node(node_name, _request_timeout=REQUEST_TIMEOUT_S)
+        metadata = read_node_metadata(api, node_name, REQUEST_TIMEOUT_S)
     except ApiException as exc:
         log.warning("cannot read the node for its GPU count", extra={"status": exc.status})
         return None
-    value = ((node.metadata.labels or {}) if node.metadata else {}).get(GPU_COUNT_LABEL, "")
+    value = str((metadata.get("labels") or {}).get(GPU_COUNT_LABEL, ""))
     return int(value) if value.isdigit() else None
 
 
@@ -91,11 +92,11 @@ class TestRunnerAgent:
         if self.api is None or not self.node_name:
             return None
         try:
-            node = client.CoreV1Api(self.api).read_node(self.node_name, _request_timeout=REQUEST_TIMEOUT_S)
+            metadata = read_node_metadata(self.api, self.node_name, REQUEST_TIMEOUT_S)
         except ApiException as exc:
             log.warning("cannot read the node for test requests", extra={"status": exc.status})
             return None
-        value = ((node.metadata.annotations or {}) if node.metadata else {}).get(REQUEST_ANNOTATION)
+        value = (metadata.get("annotations") or {}).get(REQUEST_ANNOTATION)
         with self._lock:
             if value is None or value in self._in_flight:
                 return None

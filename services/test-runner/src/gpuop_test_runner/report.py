@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from gpuop_common.kube import EventRecorder, ObjectRef, patch_node_metadata
+from gpuop_common.kube import EventRecorder, ObjectRef, patch_node_metadata, read_node_metadata
 from gpuop_common.retry import kube_retry
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -72,13 +72,12 @@ class Reporter:
     @kube_retry()
     def _patch(self, result: RunResult, request: str | None) -> None:
         assert self.api is not None
-        node = client.CoreV1Api(self.api).read_node(self.node_name, _request_timeout=REQUEST_TIMEOUT_S)
-        meta = node.metadata
-        annotations = dict(meta.annotations or {}) if meta else {}
+        meta = read_node_metadata(self.api, self.node_name, REQUEST_TIMEOUT_S)
+        annotations = dict(meta.get("annotations") or {})
         labels, changes = node_changes(result, annotations, request)
         # The resourceVersion makes "clear the request if it is still this one" atomic: a new
         # request written since our read turns this into a 409, and the retry reads again.
-        version = meta.resource_version if meta is not None and request is not None else None
+        version = meta.get("resourceVersion") if request is not None else None
         patch_node_metadata(
             self.api, self.node_name, labels=labels, annotations=changes, resource_version=version
         )
