@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpuop_common.gpu import GpuBackend, GpuBackendError, GpuDevice, open_backends
+from gpuop_common.kube import read_node_metadata
+from gpuop_common.kubejson import MERGE_PATCH, NODES, KubeJson
 from gpuop_common.retry import kube_retry
 from kubernetes import client
 
@@ -23,7 +25,6 @@ from gpuop_node_labeller.ownership import LabelPlan, describe, plan_labels
 
 log = logging.getLogger(__name__)
 
-MERGE_PATCH = "application/merge-patch+json"
 # The client waits forever by default; a wedged connection must fail the pass and be retried instead.
 REQUEST_TIMEOUT_S = 15.0
 
@@ -44,14 +45,12 @@ def sync_node_labels(
     The whole read-plan-write is retried, so a 409 (someone changed the Node since our read) is
     resolved by planning again against the fresh Node.
     """
-    core = client.CoreV1Api(api)
-    node = core.read_node(node_name, _request_timeout=REQUEST_TIMEOUT_S)
-    meta = node.metadata
-    plan = plan_labels(meta.labels if meta else None, meta.annotations if meta else None, desired)
+    meta = read_node_metadata(api, node_name, REQUEST_TIMEOUT_S)
+    plan = plan_labels(meta.get("labels"), meta.get("annotations"), desired)
     if plan.empty or dry_run:
         return plan, False
-    patch = plan.patch(meta.resource_version if meta else None)
-    core.patch_node(node_name, patch, _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT_S)
+    patch = plan.patch(meta.get("resourceVersion"))
+    KubeJson(api, REQUEST_TIMEOUT_S).patch(NODES, node_name, patch, content_type=MERGE_PATCH)
     log.info(
         "node labels updated",
         extra={"node_name": node_name, "set": plan.set, "removed": list(plan.removed)},
