@@ -25,14 +25,20 @@ _ACCELERATOR_CLASS = 0x12  # "processing accelerator" (MI300X reports 0x120000)
 VendorChoice = Literal["auto", "amd", "nvidia"]
 
 
-def _pci_gpus(root: Path, vendor_id: int) -> bool:
-    for device in list_dir(root / PCI_DEVICES):
+def pci_gpu_addresses(root: Path | str, vendor_id: int) -> list[str]:
+    """PCI addresses of the display/accelerator functions of `vendor_id`, driver loaded or not."""
+    found = []
+    for device in list_dir(Path(root) / PCI_DEVICES):
         if read_optional(device / "vendor", parse_hex) != vendor_id:
             continue
         klass = read_optional(device / "class", parse_hex)
         if klass is not None and (klass >> 16) in (_DISPLAY_CLASS, _ACCELERATOR_CLASS):
-            return True
-    return False
+            found.append(device.name)
+    return sorted(found)
+
+
+def _pci_gpus(root: Path, vendor_id: int) -> bool:
+    return bool(pci_gpu_addresses(root, vendor_id))
 
 
 def _amd_present(root: Path) -> bool:
