@@ -95,7 +95,11 @@ def containerd_cdi_config(text: str, spec_dirs: list[str]) -> str | None:
         keys = [f"{indent}enable_cdi = true", f"{indent}cdi_spec_dirs = {json.dumps(dirs)}"]
         new_lines = [*lines[: start + 1], *keys, *_drop_keys(lines[start + 1 : end]), *lines[end:]]
     result = "\n".join(new_lines) + "\n"
-    if not _satisfied(_cri_table(_parse(result, "the edited containerd config"), version), spec_dirs):
+    try:
+        edited = _cri_table(_parse(result, "the edited containerd config"), version)
+    except RuntimeConfigError:
+        edited = {}
+    if not _satisfied(edited, spec_dirs):
         raise RuntimeConfigError(
             f'could not set enable_cdi in [plugins."{CRI_TABLES[version]}"] (the table is written in a '
             "form this edit does not handle, e.g. an inline table): set enable_cdi and cdi_spec_dirs by hand"
