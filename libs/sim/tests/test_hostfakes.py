@@ -90,3 +90,19 @@ def test_modprobe_nvidia_lays_one_node_per_gpu_and_reboot_counts(tmp_path: Path)
 def test_unknown_simulated_os_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown simulated OS 'arch-1'"):
         lay_bare_host(tmp_path, "arch-1", "amd")
+
+
+def test_a_reboot_unloads_everything_and_loads_modules_load_d_if_built_for_the_new_kernel(
+    tmp_path: Path,
+) -> None:
+    host = lay_bare_host(tmp_path, "ubuntu-22.04", "amd", gpus=1)
+    assert run(tmp_path, "apt-get", "install", "-y", f"linux-headers-{host.kernel}", "amdgpu-dkms") == 0
+    hostfakes.write_file(tmp_path / "etc/modules-load.d/gpu.conf", "# boot\namdgpu")
+    assert run(tmp_path, "reboot") == 0
+    assert (tmp_path / "sys/module/amdgpu/initstate").exists() and (tmp_path / "dev/kfd").exists()
+    hostfakes.boot(tmp_path, kernel="6.8.0-45-generic")
+    assert not (tmp_path / "sys/module").exists() and not (tmp_path / "dev/kfd").exists()
+    assert run(tmp_path, "apt-get", "install", "-y", "linux-headers-6.8.0-45-generic") == 0
+    assert run(tmp_path, "dkms", "autoinstall", "-k", "6.8.0-45-generic") == 0
+    assert run(tmp_path, "modprobe", "amdgpu") == 0
+    assert hostfakes.boots(tmp_path) == 2

@@ -321,14 +321,56 @@ def test_node_reboot_asks_the_host_to_reboot(tmp_path: Path) -> None:
     assert hostfakes.boots(tmp_path) == 1
 
 
+def _copy(installed: Installed, root: Path) -> BareHost:
+    shutil.copytree(installed.host.root, root, symlinks=True)
+    return BareHost(
+        root,
+        installed.host.distro,
+        installed.host.vendor,
+        installed.host.kernel,
+        installed.host.pci_addresses,
+    )
+
+
+@pytest.mark.parametrize("installed", ["ubuntu-22.04-amd"], indirect=True)
+def test_after_a_kernel_update_install_adds_the_headers_and_builds_the_module_for_it(
+    installed: Installed, tmp_path: Path
+) -> None:
+    host = _copy(installed, tmp_path / "root")
+    new = "6.8.0-45-generic"
+    hostfakes.boot(host.root, kernel=new)  # amdgpu is not built for the new kernel: nothing loads at boot
+    before = len(hostfakes.recorded(host.root))
+    summary = play(host)
+    assert summary.succeeded, summary.failed_tasks
+    assert hostfakes.recorded(host.root)[before:] == [
+        ["uname", "-r"],
+        ["dpkg-query", "-W", "-f=${Status}", f"linux-headers-{new}"],
+        ["dpkg-query", "-W", "-f=${Status}", f"linux-modules-extra-{new}"],
+        ["dpkg-query", "-W", "-f=${Status}", "amdgpu-dkms"],
+        [
+            "apt-get",
+            "install",
+            "-y",
+            "--no-install-recommends",
+            f"linux-headers-{new}",
+            f"linux-modules-extra-{new}",
+        ],
+        ["depmod", "-a", new],
+        ["dkms", "status", "-m", "amdgpu"],
+        ["dkms", "autoinstall", "-k", new],
+        ["modprobe", "amdgpu"],
+        ["systemctl", "is-active", "containerd"],
+        ["systemctl", "is-active", "crio"],
+    ]
+    assert json.loads((host.root / "var/lib/gpuop/driver/amd.json").read_text())["kernel"] == new
+
+
+@pytest.mark.parametrize("installed", ["ubuntu-22.04-amd"], indirect=True)
 def test_uninstall_takes_off_what_install_put_on_and_a_second_run_changes_nothing(
     installed: Installed, tmp_path: Path
 ) -> None:
-    if installed.name != "ubuntu-22.04-amd":
-        pytest.skip("one uninstall scenario is enough")
     root = tmp_path / "root"
-    shutil.copytree(installed.host.root, root, symlinks=True)
-    host = BareHost(root, installed.host.distro, "amd", installed.host.kernel, installed.host.pci_addresses)
+    host = _copy(installed, root)
     before = len(hostfakes.recorded(root))
     first = play(host, "driver-uninstall")
     assert first.succeeded, first.failed_tasks

@@ -142,7 +142,7 @@ def test_amd_check_names_the_gpu_without_a_render_node(tmp_path: Path) -> None:
         f"render node for {host.pci_addresses[0]}",
         f"render node for {host.pci_addresses[1]}",
     ]
-    hostfakes.write_file(tmp_path / hostfakes.DKMS, '{"amdgpu": "6.2.4|6.8.0-40-generic"}')
+    hostfakes.write_file(tmp_path / hostfakes.DKMS, '{"amdgpu/6.8.0-40-generic": "6.2.4"}')
     assert hostfakes.main(["--root", str(tmp_path), "modprobe", "amdgpu"]) == 0
     assert check_devices(tmp_path, "amd").ok
     (tmp_path / "dev/dri/renderD129").unlink()
@@ -266,6 +266,30 @@ def test_summary_names_failed_tasks_including_a_failed_loop_item_and_counts() ->
     assert (summary.changed, summary.ok, summary.facts) == (3, 9, {"kernel": "6.8.0", "gpus": "2"})
     assert not summary.succeeded
     assert PlaybookSummary.model_validate_json(summary.to_termination_message()) == summary
+
+
+def test_an_error_outside_any_task_is_reported_under_the_task_it_stopped_at() -> None:
+    events = [
+        _event("playbook_on_task_start", task="Check the OS is supported"),
+        _event("playbook_on_task_start", task="Build the DKMS module"),
+        {
+            "event": "verbose",
+            "stdout": "[ERROR]: YAML parsing failed: Colons in unquoted values",
+            "event_data": {},
+        },
+    ]
+    summary = summarize("driver-install", events, status="failed", rc=4, started_at=NOW, finished_at=NOW)
+    [failure] = summary.failed_tasks
+    assert failure.task == "Build the DKMS module" and failure.message.startswith(
+        "[ERROR]: YAML parsing failed"
+    )
+    before_any_task = [
+        {"event": "verbose", "stdout": "ERROR! the playbook could not be found", "event_data": {}}
+    ]
+    summary = summarize(
+        "driver-install", before_any_task, status="failed", rc=1, started_at=NOW, finished_at=NOW
+    )
+    assert summary.failed_tasks[0].task == "load the playbook"
 
 
 def test_an_unknown_runner_status_counts_as_failed() -> None:

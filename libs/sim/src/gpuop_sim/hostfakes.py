@@ -22,9 +22,12 @@ Stdlib only: the playbook starts one process per command, so an import must stay
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +43,8 @@ DEFAULT_KERNEL = "6.8.0-40-generic"
 AMD_VENDOR = "0x1002"
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x03", "0x12")  # display controller, processing accelerator
+# Laid by modprobe, gone after a reboot.
+VOLATILE = ("sys/module", "sys/class/kfd", "sys/class/drm", "dev/kfd", "dev/dri", "proc/driver/nvidia")
 UNIT_DIRS = ("etc/systemd/system", "usr/lib/systemd/system", "lib/systemd/system")
 # Packages whose installation builds a kernel module (their postinst runs `dkms autoinstall`).
 _MODULE_PACKAGES = re.compile(
@@ -114,25 +119,34 @@ def _module_of(package: str) -> str:
     return package.removesuffix("-dkms")
 
 
+def _headers_present(root: Path, kernel: str) -> bool:
+    return (root / "usr/src" / f"linux-headers-{kernel}").is_dir() or (
+        root / "usr/src/kernels" / kernel
+    ).is_dir()
+
+
+def _build(root: Path, module: str, version: str, kernel: str, built: dict[str, str]) -> bool:
+    """What DKMS does for one module and kernel: needs the headers, may fail (injected)."""
+    if not _headers_present(root, kernel):
+        print(f"Error! Your kernel headers for kernel {kernel} cannot be found.", file=sys.stderr)
+        return False
+    problem = _failure(root, "dkms")
+    if problem is not None:
+        print(f"Building module(s) for {module} on {kernel}...(bad exit status: 2)", file=sys.stderr)
+        print(problem, end="" if problem.endswith("\n") else "\n", file=sys.stderr)
+        return False
+    built[f"{module}/{kernel}"] = version
+    return True
+
+
 def _install(root: Path, packages: list[str], error_code: int) -> int:
     db = _load(root / PACKAGES)
-    built = _load(root / DKMS)
+    built = _load(root / DKMS)  # "<module>/<kernel>" -> module version
     for spec in packages:
         name, version = _split_pin(spec)
-        if _MODULE_PACKAGES.search(name):
-            kernel = _kernel(root)
-            if (
-                not (root / "usr/src" / f"linux-headers-{kernel}").is_dir()
-                and not (root / "usr/src/kernels" / kernel).is_dir()
-            ):
-                print(f"Error! Your kernel headers for kernel {kernel} cannot be found.", file=sys.stderr)
-                return error_code
-            problem = _failure(root, "dkms")
-            if problem is not None:
-                print(f"Building module(s) for {name} on {kernel}...(bad exit status: 2)", file=sys.stderr)
-                print(problem, end="" if problem.endswith("\n") else "\n", file=sys.stderr)
-                return error_code
-            built[_module_of(name)] = f"{version or '1.0'}|{kernel}"
+        module_package = _MODULE_PACKAGES.search(name) is not None
+        if module_package and not _build(root, _module_of(name), version or "1.0", _kernel(root), built):
+            return error_code
         if name.startswith("linux-headers-"):
             (root / "usr/src" / name).mkdir(parents=True, exist_ok=True)
         if name.startswith("kernel-devel-"):
@@ -150,7 +164,8 @@ def _remove(root: Path, packages: list[str]) -> int:
     for spec in packages:
         name, _ = _split_pin(spec)
         if db.pop(name, None) is not None and _MODULE_PACKAGES.search(name):
-            built.pop(_module_of(name), None)
+            for key in [k for k in built if k.startswith(f"{_module_of(name)}/")]:
+                del built[key]
     _save(root / PACKAGES, db)
     _save(root / DKMS, built)
     return 0
@@ -210,13 +225,20 @@ def dkms(root: Path, args: list[str]) -> int:
     if problem is not None:
         print(problem, end="", file=sys.stderr)
         return 10
+    built = _load(root / DKMS)
     if args[:1] == ["status"]:
-        for module, value in sorted(_load(root / DKMS).items()):
-            version, _, kernel = value.partition("|")
-            print(f"{module}/{version}, {kernel}, x86_64: installed")
+        wanted = args[args.index("-m") + 1] if "-m" in args[:-1] else None
+        for key, version in sorted(built.items()):
+            module, _, kernel = key.partition("/")
+            if wanted in (None, module):
+                print(f"{module}/{version}, {kernel}, x86_64: installed")
         return 0
-    if args[:1] in (["autoinstall"], ["install"], ["build"]):
-        return 0
+    if args[:1] == ["autoinstall"]:  # build every known module for the kernel (-k) or the running one
+        kernel = args[args.index("-k") + 1] if "-k" in args[:-1] else _kernel(root)
+        modules = {key.partition("/")[0]: version for key, version in built.items()}
+        ok = all(_build(root, module, version, kernel, built) for module, version in sorted(modules.items()))
+        _save(root / DKMS, built)
+        return 0 if ok else 11
     print(f"Error! Unknown action {args[:1]}", file=sys.stderr)
     return 2
 
@@ -282,14 +304,15 @@ def modprobe(root: Path, args: list[str]) -> int:
             for path in sorted(mdir.rglob("*"), reverse=True) if mdir.is_dir() else []:
                 path.unlink() if not path.is_dir() or path.is_symlink() else path.rmdir()
             continue
-        if base not in built:
+        build = built.get(f"{base}/{_kernel(root)}")
+        if build is None:
             print(
                 f"modprobe: FATAL: Module {module} not found in directory /lib/modules/{_kernel(root)}",
                 file=sys.stderr,
             )
             return 1
         write_file(mdir / "initstate", "live")
-        write_file(mdir / "version", built[base].partition("|")[0])
+        write_file(mdir / "version", build)
         for param in params:
             key, _, value = param.partition("=")
             write_file(mdir / "parameters" / key, value)
@@ -320,8 +343,29 @@ def systemctl(root: Path, args: list[str]) -> int:
     return 0  # restart, daemon-reload, enable: recorded, nothing to emulate
 
 
-def reboot(root: Path, args: list[str]) -> int:
+def boot(root: Path, kernel: str | None = None) -> None:
+    """What a reboot leaves: no loaded module, no driver device node; then, as systemd-modules-load
+    does, the modules named in /etc/modules-load.d are loaded if built for the (new) kernel."""
+    for relative in VOLATILE:
+        path = root / relative
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    for node in (root / "dev").glob("nvidia*"):
+        node.unlink()
+    if kernel is not None:
+        set_kernel(root, kernel)
     write_file(root / BOOTS, str(boots(root) + 1))
+    with contextlib.redirect_stderr(io.StringIO()):  # a module that fails to load only logs, as at boot
+        for conf in sorted((root / "etc/modules-load.d").glob("*.conf")):
+            for line in conf.read_text().splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    modprobe(root, [line.strip()])
+
+
+def reboot(root: Path, args: list[str]) -> int:
+    boot(root)
     return 0
 
 

@@ -172,7 +172,7 @@ def _failure_of(data: Mapping[str, Any]) -> TaskFailure:
     return TaskFailure(
         task=str(data.get("task", "")),
         command=str(command),
-        message=str(res.get("msg", ""))[:1000],
+        message=str(res.get("msg") or res.get("reason") or "")[:1000],
         stderr_tail=_tail(stderr.rstrip()),
     )
 
@@ -190,9 +190,15 @@ def summarize(
     failures: list[TaskFailure] = []
     changed = ok = 0
     facts: dict[str, str] = {}
+    task = "load the playbook"  # where an error outside any task (YAML, templating) happened
+    errors: list[tuple[str, str]] = []
     for event in events:
         data = event.get("event_data") or {}
         kind = event.get("event")
+        if kind == "playbook_on_task_start":
+            task = str(data.get("task", task))
+        elif kind in ("verbose", "error") and "ERROR" in str(event.get("stdout", "")):
+            errors.append((task, str(event.get("stdout", "")).strip()))
         if kind in _FAILED_EVENTS and not data.get("ignore_errors"):
             failures.append(_failure_of(data))
         elif kind == "playbook_on_stats":
@@ -201,6 +207,8 @@ def summarize(
             for key, value in (data.get("artifact_data") or {}).items():
                 facts[str(key)] = value if isinstance(value, str) else json.dumps(value)
     known = status if status in ("successful", "failed", "timeout", "canceled") else "failed"
+    if (known != "successful" or rc != 0) and not failures and errors:
+        failures.append(TaskFailure(task=errors[-1][0], message=errors[-1][1][:1000]))
     return PlaybookSummary(
         playbook=playbook,
         status=known,
