@@ -46,7 +46,10 @@ class PlaybookVars(BaseModel):
     vendor: Literal["amd", "nvidia"] = Field(description="GPU vendor of the node.")
     driver: DriverConfig = Field(default_factory=DriverConfig, description="DeviceConfig spec.driver.")
     host_exec: str | None = Field(
-        None, min_length=1, description="Prefix of every host command; default `chroot <host root>`."
+        None,
+        alias="hostExec",
+        min_length=1,
+        description="Prefix of every host command; default `chroot <host root>`.",
     )
     container_runtime: Literal["auto", "containerd", "crio", "none"] = Field(
         "auto", alias="containerRuntime", description="Runtime to enable CDI in; auto: the active one."
