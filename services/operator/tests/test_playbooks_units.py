@@ -21,6 +21,7 @@ from gpuop_operator.playbookrun import (
     load_vars_file,
     summarize,
 )
+from gpuop_operator.playbookrun import main as playbook_cli
 from gpuop_operator.runtimecfg import RuntimeConfigError, containerd_cdi_config
 from gpuop_sim import hostfakes
 from gpuop_sim.bare_host import CONTAINERD_V2_CONFIG, CONTAINERD_V3_CONFIG, OS_RELEASES, lay_bare_host
@@ -301,3 +302,22 @@ def test_an_unknown_runner_status_counts_as_failed() -> None:
 def test_playbook_vars_defaults() -> None:
     settings = PlaybookVars(vendor="nvidia")
     assert settings.container_runtime == "auto" and settings.driver.kernel_module_type == "auto"
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [("nope", "unknown playbook 'nope' (known: driver-install, driver-uninstall, node-reboot, gpu-reset)"),
+     ("gpu-reset", "playbook 'gpu-reset' is not built in: mount an override gpu-reset.yml for it")],
+)  # fmt: skip
+def test_the_cli_refuses_a_playbook_it_does_not_have_with_exit_2_and_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, error: str
+) -> None:
+    extra = tmp_path / "vars.yaml"
+    extra.write_text("vendor: nvidia\n")
+    log = tmp_path / "termination-log"
+    argv = [name, "--host-root", str(tmp_path), "--extra-vars-file", str(extra)]
+    argv += ["--termination-log", str(log)]
+    assert playbook_cli(argv) == 2
+    assert error in capsys.readouterr().err
+    summary = PlaybookSummary.model_validate_json(log.read_text())
+    assert (summary.status, summary.rc, summary.failed_tasks[0].message) == ("failed", 2, error)
