@@ -403,3 +403,17 @@ def test_crio_node_gets_a_cdi_drop_in_and_nvidia_rhel_packages(tmp_path: Path) -
         "baseurl=https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64"
         in (tmp_path / "etc/yum.repos.d/cuda-rhel9.repo").read_text()
     )
+
+
+def test_a_run_past_its_timeout_ends_with_status_timeout(tmp_path: Path) -> None:
+    host = lay_bare_host(tmp_path / "root", "ubuntu-22.04", "amd")
+    overrides = tmp_path / "overrides"
+    overrides.mkdir()
+    (overrides / "node-reboot.yml").write_text(
+        "- name: Slow\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Wait\n      ansible.builtin.pause:\n        seconds: 60\n"
+    )
+    settings = PlaybookVars.model_validate({"vendor": "amd", "host_exec": host.host_exec})
+    summary = run_playbook("node-reboot", host.root, settings, overrides=overrides, timeout=3, quiet=True)
+    assert summary.status == "timeout" and not summary.succeeded
+    assert (summary.finished_at - summary.started_at).total_seconds() < 30

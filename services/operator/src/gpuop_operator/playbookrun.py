@@ -232,9 +232,13 @@ def run_playbook(
     *,
     overrides: Path | None = None,
     work_dir: Path | None = None,
+    timeout: int | None = None,
     quiet: bool = False,
 ) -> PlaybookSummary:
-    """Run one playbook against `host_root` with a fresh private data dir (removed afterwards)."""
+    """Run one playbook against `host_root` with a fresh private data dir (removed afterwards).
+
+    `timeout` (seconds) ends the run with status `timeout`, inside the Job's activeDeadlineSeconds,
+    so that the summary still gets written."""
     if name not in PLAYBOOK_NAMES:
         raise PlaybookError(f"unknown playbook {name!r} (known: {', '.join(PLAYBOOK_NAMES)})")
     override = find_override(name, overrides)
@@ -251,6 +255,7 @@ def run_playbook(
             inventory=_inventory(),
             extravars=ansible_extra_vars(settings, host_root),
             envvars=_ansible_env(data_dir),
+            timeout=timeout,
             quiet=quiet,
         )
         return summarize(
@@ -277,6 +282,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--work-dir", type=Path, help="parent of the per-run private data dir (default: TMPDIR)"
     )
+    parser.add_argument("--timeout", type=int, default=0, help="seconds before the run is stopped (0: none)")
     return parser
 
 
@@ -287,7 +293,12 @@ def main(argv: Sequence[str]) -> int:
     try:
         settings = load_vars_file(args.extra_vars_file)
         summary = run_playbook(
-            args.name, args.host_root, settings, overrides=args.overrides_dir, work_dir=args.work_dir
+            args.name,
+            args.host_root,
+            settings,
+            overrides=args.overrides_dir,
+            work_dir=args.work_dir,
+            timeout=args.timeout or None,
         )
     except PlaybookError as exc:
         print(f"gpuop-operator playbook: {exc}", file=sys.stderr)
