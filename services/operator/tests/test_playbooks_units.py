@@ -3,6 +3,7 @@ the extra-vars file, and how ansible-runner events become a PlaybookSummary. No 
 
 from __future__ import annotations
 
+import json
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,9 +23,11 @@ from gpuop_operator.playbookrun import (
     summarize,
 )
 from gpuop_operator.playbookrun import main as playbook_cli
-from gpuop_operator.runtimecfg import RuntimeConfigError, containerd_cdi_config
+from gpuop_operator.runtimecfg import CRI_TABLES, RuntimeConfigError, containerd_cdi_config
 from gpuop_sim import hostfakes
 from gpuop_sim.bare_host import CONTAINERD_V2_CONFIG, CONTAINERD_V3_CONFIG, OS_RELEASES, lay_bare_host
+from hypothesis import given
+from hypothesis import strategies as st
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -321,3 +324,41 @@ def test_the_cli_refuses_a_playbook_it_does_not_have_with_exit_2_and_a_summary(
     assert error in capsys.readouterr().err
     summary = PlaybookSummary.model_validate_json(log.read_text())
     assert (summary.status, summary.rc, summary.failed_tasks[0].message) == ("failed", 2, error)
+
+
+_DIR = st.sampled_from(["/etc/cdi", "/var/run/cdi", "/opt/cdi", "/run/cdi/extra"])
+
+
+@st.composite
+def _containerd_configs(draw: st.DrawFn) -> str:
+    version = draw(st.sampled_from([2, 3]))
+    table = CRI_TABLES[version]
+    lines = [f"version = {version}", "# admin comment", 'root = "/var/lib/containerd"']
+    if draw(st.booleans()):
+        quote = draw(st.sampled_from(['"', "'"]))
+        lines += ["", f"[plugins.{quote}{table}{quote}]  # the CRI table", "  keep_me = 1"]
+        if (enable := draw(st.sampled_from([None, True, False]))) is not None:
+            lines.append(f"  enable_cdi = {str(enable).lower()}")
+        if draw(st.booleans()):
+            dirs = draw(st.lists(_DIR, max_size=3, unique=True))
+            lines.append(f"  cdi_spec_dirs = {json.dumps(dirs)}")
+        lines += [f'  [plugins."{table}".sub]', "    inner = true"]
+    lines += ["", '[plugins."io.containerd.other"]', "  x = 2"]
+    return "\n".join(lines) + "\n"
+
+
+@given(text=_containerd_configs(), spec_dirs=st.lists(_DIR, min_size=1, max_size=3, unique=True))
+def test_the_cdi_edit_always_yields_a_config_with_cdi_on_and_is_idempotent(
+    text: str, spec_dirs: list[str]
+) -> None:
+    edited = containerd_cdi_config(text, spec_dirs)
+    result = text if edited is None else edited
+    data = tomllib.loads(result)
+    cri = data["plugins"][CRI_TABLES[data["version"]]]
+    assert cri["enable_cdi"] is True
+    assert set(spec_dirs) <= set(cri.get("cdi_spec_dirs", ["/etc/cdi", "/var/run/cdi"]))
+    assert data["plugins"]["io.containerd.other"] == {"x": 2} and data["root"] == "/var/lib/containerd"
+    assert "# admin comment" in result
+    if "keep_me" in text:
+        assert cri["keep_me"] == 1 and cri["sub"] == {"inner": True}
+    assert containerd_cdi_config(result, spec_dirs) is None
