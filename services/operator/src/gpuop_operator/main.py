@@ -3,6 +3,7 @@
 Thin wiring: settings, an API client, the watch caches and reconciler, leader election, probes and
 metrics on port 8080. `--apply-crd` only creates/updates the CRD and exits (the chart's upgrade hook);
 `--uninstall-cleanup` removes DeviceConfigs and node marks and exits (the chart's pre-delete hook).
+`gpuop-operator playbook <name> ...` runs a driver playbook on this node instead (playbookrun).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 
 from gpuop_common.kube import EventRecorder, make_api_client
@@ -152,6 +154,10 @@ def _lead(reconciler: Reconciler, metrics: OperatorMetrics, leading: bool) -> No
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["playbook"]:  # the per-node driver Job's command, not the controller
+        from gpuop_operator import playbookrun  # ansible-runner only where a playbook runs
+
+        return playbookrun.main(sys.argv[2:])
     return run_service(OperatorSettings, run, service=SERVICE, registry=metrics_registry.registry)
 
 

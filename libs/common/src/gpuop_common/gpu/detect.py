@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,14 +26,22 @@ _ACCELERATOR_CLASS = 0x12  # "processing accelerator" (MI300X reports 0x120000)
 VendorChoice = Literal["auto", "amd", "nvidia"]
 
 
-def _pci_gpus(root: Path, vendor_id: int) -> bool:
+def _pci_gpu_dirs(root: Path, vendor_id: int) -> Iterator[Path]:
     for device in list_dir(root / PCI_DEVICES):
         if read_optional(device / "vendor", parse_hex) != vendor_id:
             continue
         klass = read_optional(device / "class", parse_hex)
         if klass is not None and (klass >> 16) in (_DISPLAY_CLASS, _ACCELERATOR_CLASS):
-            return True
-    return False
+            yield device
+
+
+def pci_gpu_addresses(root: Path | str, vendor_id: int) -> list[str]:
+    """PCI addresses of the display/accelerator functions of `vendor_id`, driver loaded or not."""
+    return sorted(device.name for device in _pci_gpu_dirs(Path(root), vendor_id))
+
+
+def _pci_gpus(root: Path, vendor_id: int) -> bool:
+    return any(True for _ in _pci_gpu_dirs(root, vendor_id))  # stops at the first match
 
 
 def _amd_present(root: Path) -> bool:

@@ -1,0 +1,427 @@
+"""Recording fakes of the host commands the driver playbooks run, working on a temp host root.
+
+A playbook runs every host command as `{{ host_exec }} <command> <args>`; on a node `host_exec` is
+`chroot /host`, in tests it is `host_exec_for(root)`, i.e. `python -m gpuop_sim.hostfakes --root R`,
+so `apt-get install -y amdgpu-dkms` lands here as `main(["--root", R, "apt-get", "install", ...])`.
+
+Each call is appended to `<root>/.gpuop-fakes/commands.log` (one JSON argv per line) before it acts.
+The fakes keep the state real tools keep, under the same root, so that a playbook's checks see what
+its earlier commands did: installed packages (`dpkg-query`, `rpm -q`), built DKMS modules
+(`dkms status`), loaded modules (`/sys/module/<m>/initstate`), device nodes, active units.
+
+Where they differ from the real tools: no download, no compiler; a `*-dkms` (or NVIDIA kernel module)
+package "builds" for the running kernel at install time, as its postinst does. `modprobe amdgpu` lays
+a minimal KFD/DRM tree for the AMD PCI GPUs under `sys/bus/pci/devices`, `modprobe nvidia` the
+`/dev/nvidia*` nodes for the NVIDIA ones (plain files, not device nodes).
+
+Failure injection: `fail(root, "dkms", stderr)` makes the next DKMS build (and `dkms` itself) fail
+with that stderr, as a module that does not compile for the running kernel does.
+
+Stdlib only: the playbook starts one process per command, so an import must stay cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shlex
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+STATE_DIR = ".gpuop-fakes"
+LOG = f"{STATE_DIR}/commands.log"
+PACKAGES = f"{STATE_DIR}/packages.json"
+DKMS = f"{STATE_DIR}/dkms.json"
+KERNEL = f"{STATE_DIR}/kernel"
+BOOTS = f"{STATE_DIR}/boots"
+FAILURES = f"{STATE_DIR}/fail"
+DEFAULT_KERNEL = "6.8.0-40-generic"
+AMD_VENDOR = "0x1002"
+NVIDIA_VENDOR = "0x10de"
+GPU_CLASSES = ("0x03", "0x12")  # display controller, processing accelerator
+# Laid by modprobe, gone after a reboot.
+VOLATILE = ("sys/module", "sys/class/kfd", "sys/class/drm", "dev/kfd", "dev/dri", "proc/driver/nvidia")
+UNIT_DIRS = ("etc/systemd/system", "usr/lib/systemd/system", "lib/systemd/system")
+# Packages whose installation builds a kernel module (their postinst runs `dkms autoinstall`).
+_MODULE_PACKAGES = re.compile(
+    r"(-dkms(-[0-9][\w.]*)?$|^nvidia-driver-\d+-open$|^cuda-drivers(-\d+)?$|^nvidia-open$)"
+)
+
+Fake = Callable[[Path, list[str]], int]
+
+
+def host_exec_for(root: Path) -> str:
+    """The `host_exec` value that sends a playbook's host commands to these fakes under `root`."""
+    return shlex.join([sys.executable, "-m", "gpuop_sim.hostfakes", "--root", str(root)])
+
+
+def recorded(root: Path) -> list[list[str]]:
+    """Every command run so far, in order (argv without the `host_exec` prefix)."""
+    log = root / LOG
+    if not log.is_file():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def fail(root: Path, command: str, stderr: str) -> None:
+    """Make `command` (and for `dkms`, every module build) fail with `stderr` from now on."""
+    write_file(root / FAILURES / command, stderr)
+
+
+def set_kernel(root: Path, release: str) -> None:
+    write_file(root / KERNEL, release)
+
+
+def boots(root: Path) -> int:
+    path = root / BOOTS
+    return int(path.read_text()) if path.is_file() else 0
+
+
+def write_file(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") or not text else text + "\n")
+
+
+def _load(path: Path) -> dict[str, str]:
+    return dict(json.loads(path.read_text())) if path.is_file() else {}
+
+
+def _save(path: Path, data: dict[str, str]) -> None:
+    write_file(path, json.dumps(data, sort_keys=True))
+
+
+def _kernel(root: Path) -> str:
+    path = root / KERNEL
+    return path.read_text().strip() if path.is_file() else DEFAULT_KERNEL
+
+
+def _failure(root: Path, command: str) -> str | None:
+    path = root / FAILURES / command
+    return path.read_text() if path.is_file() else None
+
+
+def _split_pin(spec: str) -> tuple[str, str]:
+    """`name=1.2` (apt) or plain `name` -> (name, version or "")."""
+    name, _, version = spec.partition("=")
+    return name, version
+
+
+def _module_of(package: str) -> str:
+    """The kernel module a module package provides."""
+    if "amdgpu" in package:
+        return "amdgpu"
+    if "nvidia" in package or package.startswith("cuda-drivers"):
+        return "nvidia"
+    return package.removesuffix("-dkms")
+
+
+def _headers_present(root: Path, kernel: str) -> bool:
+    return (root / "usr/src" / f"linux-headers-{kernel}").is_dir() or (
+        root / "usr/src/kernels" / kernel
+    ).is_dir()
+
+
+def _build(root: Path, module: str, version: str, kernel: str, built: dict[str, str]) -> bool:
+    """What DKMS does for one module and kernel: needs the headers, may fail (injected)."""
+    if not _headers_present(root, kernel):
+        print(f"Error! Your kernel headers for kernel {kernel} cannot be found.", file=sys.stderr)
+        return False
+    problem = _failure(root, "dkms")
+    if problem is not None:
+        print(f"Building module(s) for {module} on {kernel}...(bad exit status: 2)", file=sys.stderr)
+        print(problem, end="" if problem.endswith("\n") else "\n", file=sys.stderr)
+        return False
+    built[f"{module}/{kernel}"] = version
+    return True
+
+
+def _install(root: Path, packages: list[str], error_code: int) -> int:
+    db = _load(root / PACKAGES)
+    built = _load(root / DKMS)  # "<module>/<kernel>" -> module version
+    for spec in packages:
+        name, version = _split_pin(spec)
+        module_package = _MODULE_PACKAGES.search(name) is not None
+        if module_package and not _build(root, _module_of(name), version or "1.0", _kernel(root), built):
+            return error_code
+        if name.startswith("linux-headers-"):
+            (root / "usr/src" / name).mkdir(parents=True, exist_ok=True)
+        if name.startswith("kernel-devel-"):
+            (root / "usr/src/kernels" / name.removeprefix("kernel-devel-")).mkdir(parents=True, exist_ok=True)
+        db[name] = version or "1.0"
+        print(f"Setting up {name} ({db[name]}) ...")
+    _save(root / PACKAGES, db)
+    _save(root / DKMS, built)
+    return 0
+
+
+def _remove(root: Path, packages: list[str]) -> int:
+    db = _load(root / PACKAGES)
+    built = _load(root / DKMS)
+    for spec in packages:
+        name, _ = _split_pin(spec)
+        if db.pop(name, None) is not None and _MODULE_PACKAGES.search(name):
+            for key in [k for k in built if k.startswith(f"{_module_of(name)}/")]:
+                del built[key]
+    _save(root / PACKAGES, db)
+    _save(root / DKMS, built)
+    return 0
+
+
+def _package_args(args: list[str]) -> list[str]:
+    return [a for a in args if not a.startswith("-")]
+
+
+def apt_get(root: Path, args: list[str]) -> int:
+    words = _package_args(args)
+    verb, packages = (words[0], words[1:]) if words else ("", [])
+    if verb == "install":
+        return _install(root, packages, error_code=100)
+    if verb in ("remove", "purge", "autoremove"):
+        return _remove(root, packages)
+    if verb == "update":
+        return 0
+    print(f"E: Invalid operation {verb}", file=sys.stderr)
+    return 100
+
+
+def dnf(root: Path, args: list[str]) -> int:
+    words = _package_args(args)
+    verb, packages = (words[0], words[1:]) if words else ("", [])
+    if verb == "install":
+        return _install(root, packages, error_code=1)
+    if verb in ("remove", "erase", "autoremove"):
+        return _remove(root, packages)
+    if verb in ("makecache", "clean"):
+        return 0
+    print(f"No such command: {verb}.", file=sys.stderr)
+    return 1
+
+
+def dpkg_query(root: Path, args: list[str]) -> int:
+    db = _load(root / PACKAGES)
+    name = args[-1] if args else ""
+    if name not in db:
+        print(f"dpkg-query: no packages found matching {name}", file=sys.stderr)
+        return 1
+    fmt = next((a.removeprefix("-f=").removeprefix("--showformat=") for a in args if "=" in a), "")
+    print(fmt.replace("${Status}", "install ok installed").replace("${Version}", db[name]), end="")
+    return 0
+
+
+def rpm(root: Path, args: list[str]) -> int:
+    db = _load(root / PACKAGES)
+    missing = [name for name in _package_args(args) if name not in db]
+    for name in _package_args(args):
+        print(f"{name}-{db[name]}" if name in db else f"package {name} is not installed")
+    return 1 if missing else 0
+
+
+def dkms(root: Path, args: list[str]) -> int:
+    problem = _failure(root, "dkms")
+    if problem is not None:
+        print(problem, end="", file=sys.stderr)
+        return 10
+    built = _load(root / DKMS)
+    if args[:1] == ["status"]:
+        wanted = args[args.index("-m") + 1] if "-m" in args[:-1] else None
+        for key, version in sorted(built.items()):
+            module, _, kernel = key.partition("/")
+            if wanted in (None, module):
+                print(f"{module}/{version}, {kernel}, x86_64: installed")
+        return 0
+    if args[:1] == ["autoinstall"]:  # build every known module for the kernel (-k) or the running one
+        kernel = args[args.index("-k") + 1] if "-k" in args[:-1] else _kernel(root)
+        modules = {key.partition("/")[0]: version for key, version in built.items()}
+        ok = all(_build(root, module, version, kernel, built) for module, version in sorted(modules.items()))
+        _save(root / DKMS, built)
+        return 0 if ok else 11
+    print(f"Error! Unknown action {args[:1]}", file=sys.stderr)
+    return 2
+
+
+def _pci_gpus(root: Path, vendor: str) -> list[str]:
+    found = []
+    devices = root / "sys/bus/pci/devices"
+    for device in sorted(devices.iterdir()) if devices.is_dir() else []:
+        values = {
+            n: (device / n).read_text().strip().lower() for n in ("vendor", "class") if (device / n).is_file()
+        }
+        if values.get("vendor") == vendor and values.get("class", "")[:4] in GPU_CLASSES:
+            found.append(device.name)
+    return found
+
+
+def _lay_amdgpu(root: Path) -> None:
+    gpus = _pci_gpus(root, AMD_VENDOR)
+    nodes = root / "sys/class/kfd/kfd/topology/nodes"
+    write_file(nodes / "0/properties", "cpu_cores_count 64\nsimd_count 0\ndrm_render_minor 0")
+    for index, bdf in enumerate(gpus):
+        render, card = 128 + index, index
+        write_file(
+            nodes / str(index + 1) / "properties",
+            f"cpu_cores_count 0\nsimd_count 304\ndrm_render_minor {render}",
+        )
+        write_file(nodes / str(index + 1) / "gpu_id", str(1000 + index))
+        for name in (f"card{card}", f"renderD{render}"):
+            link = root / "sys/class/drm" / name / "device"
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_symlink():
+                link.symlink_to(f"../../../bus/pci/devices/{bdf}")
+            write_file(root / "dev/dri" / name, "")
+    write_file(root / "dev/kfd", "")
+
+
+def _lay_nvidia(root: Path) -> None:
+    for index, _ in enumerate(_pci_gpus(root, NVIDIA_VENDOR)):
+        write_file(root / "dev" / f"nvidia{index}", "")
+    write_file(root / "dev/nvidiactl", "")
+    write_file(
+        root / "proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module (gpuop fake)"
+    )
+
+
+_LAYERS: dict[str, Callable[[Path], None]] = {"amdgpu": _lay_amdgpu, "nvidia": _lay_nvidia}
+_DEV_NODES = {"nvidia-uvm": ("nvidia-uvm", "nvidia-uvm-tools"), "nvidia-modeset": ("nvidia-modeset",)}
+
+
+def modprobe(root: Path, args: list[str]) -> int:
+    remove = "-r" in args or "--remove" in args
+    words = [a for a in args if not a.startswith("-")]
+    if not words:
+        print("modprobe: ERROR: missing module name", file=sys.stderr)
+        return 1
+    modules = words if ("-a" in args or "--all" in args or remove) else words[:1]
+    params = [] if modules is words else words[1:]
+    built = _load(root / DKMS)
+    for module in modules:
+        base = module.replace("-", "_").split("_")[0]
+        mdir = root / "sys/module" / module.replace("-", "_")
+        if remove:
+            for path in sorted(mdir.rglob("*"), reverse=True) if mdir.is_dir() else []:
+                path.unlink() if not path.is_dir() or path.is_symlink() else path.rmdir()
+            continue
+        build = built.get(f"{base}/{_kernel(root)}")
+        if build is None:
+            print(
+                f"modprobe: FATAL: Module {module} not found in directory /lib/modules/{_kernel(root)}",
+                file=sys.stderr,
+            )
+            return 1
+        write_file(mdir / "initstate", "live")
+        write_file(mdir / "version", build)
+        for param in params:
+            key, _, value = param.partition("=")
+            write_file(mdir / "parameters" / key, value)
+        if module in _LAYERS:
+            _LAYERS[module](root)
+        for node in _DEV_NODES.get(module, ()):
+            write_file(root / "dev" / node, "")
+    return 0
+
+
+def uname(root: Path, args: list[str]) -> int:
+    print(_kernel(root) if "-r" in args else "Linux")
+    return 0
+
+
+def systemctl(root: Path, args: list[str]) -> int:
+    words = _package_args(args)
+    if words[:1] == ["is-active"]:
+        units = words[1:]
+        active = all(
+            any((root / d / f"{u.removesuffix('.service')}.service").is_file() for d in UNIT_DIRS)
+            for u in units
+        )
+        print("active" if active else "inactive")
+        return 0 if active else 3
+    if words[:1] == ["reboot"]:
+        return reboot(root, [])
+    return 0  # restart, daemon-reload, enable: recorded, nothing to emulate
+
+
+def boot(root: Path, kernel: str | None = None) -> None:
+    """What a reboot leaves: no loaded module, no driver device node; then, as systemd-modules-load
+    does, the modules named in /etc/modules-load.d are loaded if built for the (new) kernel."""
+    for relative in VOLATILE:
+        path = root / relative
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    for node in (root / "dev").glob("nvidia*"):
+        node.unlink()
+    if kernel is not None:
+        set_kernel(root, kernel)
+    write_file(root / BOOTS, str(boots(root) + 1))
+    with contextlib.redirect_stderr(io.StringIO()):  # a module that fails to load only logs, as at boot
+        for conf in sorted((root / "etc/modules-load.d").glob("*.conf")):
+            for line in conf.read_text().splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    modprobe(root, [line.strip()])
+
+
+def reboot(root: Path, args: list[str]) -> int:
+    boot(root)
+    return 0
+
+
+def curl(root: Path, args: list[str]) -> int:
+    if "-o" not in args or args.index("-o") + 1 >= len(args):
+        print("curl: this fake needs -o FILE", file=sys.stderr)
+        return 2
+    target = args[args.index("-o") + 1]
+    url = next((a for a in args if a.startswith(("http://", "https://"))), "")
+    write_file(
+        root / target.lstrip("/"),
+        f"-----BEGIN PGP PUBLIC KEY BLOCK-----\nfake key from {url}\n-----END PGP PUBLIC KEY BLOCK-----",
+    )
+    return 0
+
+
+def _no_op(root: Path, args: list[str]) -> int:
+    return 0
+
+
+FAKES: dict[str, Fake] = {
+    "apt-get": apt_get,
+    "dnf": dnf,
+    "dpkg-query": dpkg_query,
+    "rpm": rpm,
+    "dkms": dkms,
+    "modprobe": modprobe,
+    "depmod": _no_op,
+    "uname": uname,
+    "systemctl": systemctl,
+    "reboot": reboot,
+    "curl": curl,
+    "update-initramfs": _no_op,
+    "dracut": _no_op,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 3 or args[0] != "--root":
+        print("usage: python -m gpuop_sim.hostfakes --root ROOT COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    root, command, rest = Path(args[1]), args[2], args[3:]
+    log = root / LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        out.write(json.dumps([command, *rest]) + "\n")
+    fake = FAKES.get(Path(command).name)
+    if fake is None:
+        print(f"{command}: command not found (no gpuop fake)", file=sys.stderr)
+        return 127
+    if command != "dkms" and (problem := _failure(root, Path(command).name)) is not None:
+        print(problem, end="", file=sys.stderr)
+        return 1
+    return fake(root, rest)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""The recording host-command fakes behave like the tools the driver playbooks rely on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gpuop_sim import hostfakes
+from gpuop_sim.bare_host import lay_bare_host
+
+
+def run(root: Path, *argv: str) -> int:
+    return hostfakes.main(["--root", str(root), *argv])
+
+
+def test_every_call_is_recorded_in_order_even_a_failing_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(tmp_path, "uname", "-r") == 0
+    assert run(tmp_path, "ls", "/") == 127
+    assert hostfakes.recorded(tmp_path) == [["uname", "-r"], ["ls", "/"]]
+    assert "ls: command not found" in capsys.readouterr().err
+
+
+def test_usage_without_root(capsys: pytest.CaptureFixture[str]) -> None:
+    assert hostfakes.main(["apt-get", "update"]) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_package_state_is_what_dpkg_query_and_rpm_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(tmp_path, "dpkg-query", "-W", "-f=${Status}", "curl") == 1
+    assert run(tmp_path, "apt-get", "install", "-y", "curl") == 0
+    capsys.readouterr()
+    assert run(tmp_path, "dpkg-query", "-W", "-f=${Status}", "curl") == 0
+    assert capsys.readouterr().out == "install ok installed"
+    assert run(tmp_path, "dnf", "remove", "-y", "curl") == 0
+    assert run(tmp_path, "rpm", "-q", "curl") == 1
+    assert "package curl is not installed" in capsys.readouterr().out
+
+
+def test_a_dkms_package_needs_headers_and_builds_for_the_running_kernel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = lay_bare_host(tmp_path, "ubuntu-22.04", "amd", gpus=1)
+    assert run(tmp_path, "apt-get", "install", "-y", "amdgpu-dkms") == 100
+    assert "kernel headers for kernel 6.8.0-40-generic cannot be found" in capsys.readouterr().err
+    assert run(tmp_path, "modprobe", "amdgpu") == 1
+    assert "Module amdgpu not found" in capsys.readouterr().err
+    assert run(tmp_path, "apt-get", "install", "-y", f"linux-headers-{host.kernel}", "amdgpu-dkms") == 0
+    capsys.readouterr()
+    assert run(tmp_path, "dkms", "status", "-m", "amdgpu") == 0
+    assert capsys.readouterr().out == f"amdgpu/1.0, {host.kernel}, x86_64: installed\n"
+    assert run(tmp_path, "modprobe", "amdgpu", "noretry=1") == 0
+    assert (tmp_path / "sys/module/amdgpu/parameters/noretry").read_text().strip() == "1"
+    assert (tmp_path / "dev/kfd").exists() and (tmp_path / "dev/dri/renderD128").exists()
+    assert (tmp_path / "sys/class/drm/renderD128/device").resolve().name == host.pci_addresses[0]
+    assert run(tmp_path, "modprobe", "-r", "amdgpu") == 0
+    assert not (tmp_path / "sys/module/amdgpu/initstate").exists()
+
+
+def test_an_injected_dkms_failure_fails_the_package_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lay_bare_host(tmp_path, "rocky-9.4", "nvidia", gpus=1)
+    hostfakes.fail(tmp_path, "dkms", "nvidia.ko: error: implicit declaration")
+    kernel = "5.14.0-427.13.1.el9_4.x86_64"
+    assert run(tmp_path, "dnf", "install", "-y", f"kernel-devel-{kernel}", "kmod-nvidia-open-dkms-570.1") == 1
+    assert "implicit declaration" in capsys.readouterr().err
+    assert run(tmp_path, "rpm", "-q", "kmod-nvidia-open-dkms-570.1") == 1
+    assert run(tmp_path, "dkms", "status") == 10
+
+
+def test_modprobe_nvidia_lays_one_node_per_gpu_and_reboot_counts(tmp_path: Path) -> None:
+    lay_bare_host(tmp_path, "ubuntu-24.04", "nvidia", gpus=3)
+    assert (
+        run(tmp_path, "apt-get", "install", "-y", "linux-headers-6.8.0-40-generic", "nvidia-driver-570-open")
+        == 0
+    )
+    assert run(tmp_path, "modprobe", "-a", "nvidia", "nvidia-modeset", "nvidia-uvm") == 0
+    assert sorted(p.name for p in (tmp_path / "dev").iterdir()) == [
+        "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1", "nvidia2", "nvidiactl",
+    ]  # fmt: skip
+    assert run(tmp_path, "systemctl", "is-active", "containerd") == 0
+    assert run(tmp_path, "systemctl", "is-active", "crio") == 3
+    assert run(tmp_path, "reboot") == 0 and hostfakes.boots(tmp_path) == 1
+
+
+def test_unknown_simulated_os_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown simulated OS 'arch-1'"):
+        lay_bare_host(tmp_path, "arch-1", "amd")
+
+
+def test_a_reboot_unloads_everything_and_loads_modules_load_d_if_built_for_the_new_kernel(
+    tmp_path: Path,
+) -> None:
+    host = lay_bare_host(tmp_path, "ubuntu-22.04", "amd", gpus=1)
+    assert run(tmp_path, "apt-get", "install", "-y", f"linux-headers-{host.kernel}", "amdgpu-dkms") == 0
+    hostfakes.write_file(tmp_path / "etc/modules-load.d/gpu.conf", "# boot\namdgpu")
+    assert run(tmp_path, "reboot") == 0
+    assert (tmp_path / "sys/module/amdgpu/initstate").exists() and (tmp_path / "dev/kfd").exists()
+    hostfakes.boot(tmp_path, kernel="6.8.0-45-generic")
+    assert not (tmp_path / "sys/module").exists() and not (tmp_path / "dev/kfd").exists()
+    assert run(tmp_path, "apt-get", "install", "-y", "linux-headers-6.8.0-45-generic") == 0
+    assert run(tmp_path, "dkms", "autoinstall", "-k", "6.8.0-45-generic") == 0
+    assert run(tmp_path, "modprobe", "amdgpu") == 0
+    assert hostfakes.boots(tmp_path) == 2
