@@ -106,6 +106,25 @@ def test_full_rollout_ends_ready_and_replanning_is_a_no_op() -> None:
     assert plan.operands["metrics-exporter"] == (5, 5)
 
 
+@pytest.mark.parametrize("reason", ["paused-for-config-change", "paused-for-driver-upgrade"])
+def test_a_paused_operand_is_left_paused_until_its_pauser_restores_it(reason: str) -> None:
+    nodes, _ = converge(DeviceConfigSpec(), [amd("a")])
+    paused = apply(nodes, [NodePatch("a", {DP: reason}, {})])
+    pods = [p for p in ready_pods(paused) if p.service != "device-plugin"]  # its pod went away
+    (patch,) = plan_rollout(OWNER, DeviceConfigSpec(), paused, pods).steps
+    assert patch.labels == {}  # the pause stands: no "true" written back, nothing else removed
+    assert patch.annotations == {STAGE_ANNOTATION: OPERANDS_ROLLING}
+    stalled = apply(paused, [patch])
+    assert plan_rollout(OWNER, DeviceConfigSpec(), stalled, pods).steps == []
+    restored = apply(stalled, [NodePatch("a", {DP: "true"}, {})])
+    (back,) = plan_rollout(OWNER, DeviceConfigSpec(), restored, ready_pods(restored)).steps
+    assert back.annotations == {STAGE_ANNOTATION: READY}
+    # Disabling the section still removes the label, paused or not.
+    spec = DeviceConfigSpec.model_validate({"devicePlugin": {"enable": False}, "draDriver": {"enable": True}})
+    (off,) = plan_rollout(OWNER, spec, paused, pods).steps
+    assert off.labels[DP] is None
+
+
 def test_disabling_a_section_removes_only_its_label() -> None:
     nodes, _ = converge(DeviceConfigSpec(), [amd("a")])
     spec = DeviceConfigSpec.model_validate({"nodeLabeller": {"enable": False}})

@@ -22,6 +22,10 @@ SUPPORTED_SERVICES: frozenset[str] = frozenset(
 )
 
 LABEL_PREFIX = "gpuop.dev/"
+# A deploy label set to `paused-for-<reason>` (config-manager: `paused-for-config-change`, driver
+# upgrade: `paused-for-driver-upgrade`) belongs to whoever paused it until they set it back: the
+# operator neither restores it to "true" nor waits on it, or it would undo the quiesce.
+PAUSED_PREFIX = "paused-for-"
 OWNER_ANNOTATION = "gpuop.dev/deviceconfig"  # "<namespace>/<name>" of the DeviceConfig owning the node
 STAGE_ANNOTATION = "gpuop.dev/stage"  # lifecycle stage, architecture.md section 5
 FINALIZER = "gpuop.dev/node-cleanup"

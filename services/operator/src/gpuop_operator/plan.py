@@ -21,6 +21,7 @@ from gpuop_operator.model import (
     DRIVER_INSTALLING,
     OPERANDS_ROLLING,
     OWNER_ANNOTATION,
+    PAUSED_PREFIX,
     READY,
     REMOVING,
     STAGE_ANNOTATION,
@@ -111,7 +112,8 @@ def _advance(
     lifecycle = READY
     for stage in stages:
         for service in stage:
-            desired[deploy_label(service)] = "true"
+            if not node.labels.get(deploy_label(service), "").startswith(PAUSED_PREFIX):
+                desired[deploy_label(service)] = "true"
         if not all((node.name, service) in pods.ready for service in stage if service in awaited):
             lifecycle = DRIVER_INSTALLING if "driver" in stage else OPERANDS_ROLLING
             break
