@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuop_common.gpu import amd_ids
 from gpuop_common.gpu.amd_inventory import AmdGpuSource, build_inventory
 from gpuop_common.gpu.amd_partition import PartitionPlanError, plan_writes
 from gpuop_common.gpu.amd_telemetry import read_ras, read_telemetry
@@ -200,9 +201,13 @@ class AmdSysfsBackend(GpuBackend):
         return gpu.partition
 
     def xcc_count(self, gpu_id: str) -> int | None:
-        """XCCs of the whole GPU (sum of KFD `num_xcc` over its nodes); None when KFD does not say."""
-        _, source = self._locate(gpu_id)
-        return _xcc_count(source)
+        """XCCs of the whole GPU: the product's count when known, else the sum of KFD `num_xcc`.
+
+        The product wins because KFD can show fewer partitions than XCCs (the MI300X CPX capture's
+        last GPU has 7 nodes), and the driver's rules count the chip's XCCs.
+        """
+        gpu, source = self._locate(gpu_id)
+        return _xcc_count(gpu, source)
 
     def set_partition_mode(self, gpu_id: str, mode: str) -> PartitionState:
         gpu, source = self._locate(gpu_id)
@@ -227,7 +232,7 @@ class AmdSysfsBackend(GpuBackend):
                 (state.compute, state.memory),
                 (compute, memory),
                 (state.available_compute, state.available_memory),
-                _xcc_count(source),
+                _xcc_count(gpu, source),
             )
         except PartitionPlanError as exc:
             raise PartitionRefusedError(gpu.id, str(exc)) from exc
@@ -242,7 +247,10 @@ class AmdSysfsBackend(GpuBackend):
         return self.get_partition_mode(gpu.id)
 
 
-def _xcc_count(source: AmdGpuSource) -> int | None:
+def _xcc_count(gpu: GpuDevice, source: AmdGpuSource) -> int | None:
+    product = amd_ids.product_for(gpu.pci.device_id)
+    if product is not None and product.xcc_count is not None:
+        return product.xcc_count
     counts = [node.prop("num_xcc") for node in source.kfd_nodes]
     if not counts or any(count is None for count in counts):
         return None
