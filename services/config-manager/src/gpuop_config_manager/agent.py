@@ -166,7 +166,16 @@ class ConfigManagerAgent:
             self.metrics.applies.labels(result="failed").inc()
         return Outcome(meta.State.FAILED, False, reason)
 
-    def _succeed(self, node: NodeMeta, profile: PartitionProfile, digest: str, *, changed: bool) -> Outcome:
+    def _succeed(
+        self,
+        node: NodeMeta,
+        profile: PartitionProfile,
+        digest: str,
+        *,
+        changed: bool,
+        labels: dict[str, str | None] | None = None,
+    ) -> Outcome:
+        """`success`, with the restored deploy labels in the same patch."""
         result = Result(profile=profile.name, digest=digest, state=meta.State.SUCCESS.value).dump()
         already = (
             node.labels.get(meta.STATE_LABEL) == meta.State.SUCCESS
@@ -175,6 +184,7 @@ class ConfigManagerAgent:
         self._set_state(
             node,
             meta.State.SUCCESS,
+            labels=labels,
             annotations={
                 meta.REASON_ANNOTATION: None,
                 meta.RESULT_ANNOTATION: result,
@@ -261,8 +271,8 @@ class ConfigManagerAgent:
         except GpuBackendError as exc:
             return self._finish_failed(node, progress, str(exc), "ConfigFailed")
         self.metrics.apply_seconds.observe(self.clock() - started)
-        node = self._restore(node, progress)
-        return self._succeed(node, profile, progress.digest, changed=True)
+        restore = meta.restore_labels(node.labels, progress.saved_labels)
+        return self._succeed(node, profile, progress.digest, changed=True, labels=dict(restore))
 
     def _restore(self, node: NodeMeta, progress: Progress) -> NodeMeta:
         restore = meta.restore_labels(node.labels, progress.saved_labels)
