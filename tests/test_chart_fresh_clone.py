@@ -33,6 +33,7 @@ PACKAGE_RECIPE = "python tools/charts.py package"
 # Pages whose helm commands a user is told to run; a page with helm commands but not here fails.
 DOC_PAGES = (
     "docs/charts.md",
+    "docs/config-manager.md",
     "docs/device-plugin.md",
     "docs/gpu-operator-chart.md",
     "docs/metrics-exporter.md",
@@ -215,7 +216,8 @@ def test_umbrella_package_holds_each_subchart_with_gpuop_lib(clone: Path, tmp_pa
     with tarfile.open(archive) as tar:
         members = tar.getnames()
     # helm package stores the subcharts it loaded unpacked, each with its own in-tree gpuop-lib.
-    for service in ("crds", "operator", "device-plugin", "node-labeller", "metrics-exporter", "test-runner"):
+    services = ("crds", "operator", "device-plugin", "node-labeller", "metrics-exporter", "test-runner")
+    for service in (*services, "config-manager"):
         assert f"gpu-operator/charts/{service}/charts/gpuop-lib/templates/_names.tpl" in members
     assert helm.show_chart(archive)["version"] == version
 

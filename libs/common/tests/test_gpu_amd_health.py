@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 
 import pytest
 from gpuop_common.gpu import (
     AmdSysfsBackend,
     InvalidPartitionModeError,
     PartitionNotSupportedError,
+    PartitionRefusedError,
+    PartitionWriteError,
 )
 from gpuop_sim.nodes import raise_ras, set_kfd_property, vanish_gpu
 
@@ -119,8 +123,37 @@ def test_set_partition_mode_writes_sysfs(gpu_node_root):
     ddir = (info.root / "sys/bus/pci/devices" / gpu.pci_address).resolve()
     assert (ddir / "current_compute_partition").read_text().strip() == "CPX"
     assert (ddir / "current_memory_partition").read_text().strip() == "NPS4"
-    assert backend.set_partition_mode(gpu.pci_address, "dpx").compute == "DPX"
+    assert backend.set_partition_mode(gpu.pci_address, "qpx").compute == "QPX"
     assert backend.get_partition_mode("0").memory == "NPS4"
+
+
+def test_pair_the_driver_refuses_is_rejected_before_any_write(gpu_node_root):
+    info = gpu_node_root("amd-mi300x-cpx")
+    backend = AmdSysfsBackend(info.root)
+    gpu = backend.enumerate()[0]
+    # DPX needs NPS1 or NPS2; the GPU is in NPS4.
+    with pytest.raises(PartitionRefusedError, match="DPX is refused with memory partition NPS4"):
+        backend.set_partition_mode(gpu.id, "DPX")
+    assert backend.get_partition_mode(gpu.id).compute == "CPX"
+    # SPX/NPS1 from CPX/NPS4: NPS1 is written first, then SPX (SPX is refused under NPS4).
+    written: list[tuple[str, str]] = []
+    recording = AmdSysfsBackend(info.root, writer=lambda path, value: written.append((path.name, value)))
+    recording.set_partition_mode(gpu.id, "spx_nps1")
+    assert written == [("current_memory_partition", "NPS1"), ("current_compute_partition", "SPX")]
+
+
+def test_driver_errno_becomes_a_write_error_naming_it(gpu_node_root):
+    info = gpu_node_root("amd-mi300x-spx")
+
+    def busy(path, value):
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(path))
+
+    backend = AmdSysfsBackend(info.root, writer=busy)
+    gpu = backend.enumerate()[0]
+    with pytest.raises(PartitionWriteError) as excinfo:
+        backend.set_partition_mode(gpu.id, "CPX")
+    assert excinfo.value.errno_name == "EBUSY"
+    assert "current_compute_partition" in str(excinfo.value)
 
 
 def test_invalid_partition_mode_names_the_allowed_ones(gpu_node_root):

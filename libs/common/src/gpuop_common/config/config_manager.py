@@ -15,21 +15,17 @@ GpuIndex = Annotated[int, Field(ge=0, le=1023)]
 class AmdPartition(ConfigModel):
     """AMD Instinct partition mode applied to the GPUs of a node."""
 
-    compute_partition: Literal["SPX", "DPX", "QPX", "CPX"] = Field(
-        "SPX", description="Compute partition: 1, 2, 4 or one-per-XCD partitions per GPU."
+    compute_partition: Literal["SPX", "DPX", "TPX", "QPX", "CPX"] = Field(
+        "SPX", description="Compute partition: 1, 2, 3, 4 or one-per-XCD partitions per GPU."
     )
-    memory_partition: Literal["NPS1", "NPS2", "NPS4"] = Field(
-        "NPS1", description="Memory partition (NUMA nodes per socket)."
+    memory_partition: Literal["NPS1", "NPS2", "NPS4", "NPS8"] = Field(
+        "NPS1",
+        description="Memory partition (NUMA nodes per socket). Which pairs a GPU accepts is checked "
+        "against the GPU (e.g. MI300X: NPS4 with QPX or CPX only).",
     )
     skipped_gpus: list[GpuIndex] = Field(
         default_factory=list, max_length=1024, description="GPU indices left as they are."
     )
-
-    @model_validator(mode="after")
-    def _nps4_needs_cpx(self) -> AmdPartition:
-        if self.memory_partition == "NPS4" and self.compute_partition != "CPX":
-            raise ValueError("memoryPartition NPS4 requires computePartition CPX")
-        return self
 
 
 class MigDeviceGroup(ConfigModel):
@@ -80,6 +76,22 @@ class ConfigManagerConfig(ImageSettings):
     profile_label: LabelKey = Field(
         "gpuop.dev/gpu-config-profile",
         description="Node label naming a profile explicitly; wins over nodeSelector matches.",
+    )
+    vendor_profile_labels: list[LabelKey] = Field(
+        default_factory=lambda: ["dcm.amd.com/gpu-config-profile", "nvidia.com/mig.config"],
+        max_length=8,
+        description="Vendor labels also naming a profile (AMD device config manager, NVIDIA MIG manager).",
+    )
+    paused_operands: list[
+        Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+    ] = Field(
+        default_factory=lambda: ["device-plugin", "metrics-exporter", "test-runner"],
+        max_length=16,
+        description="Operands whose `gpuop.dev/deploy.<name>` node label is set to "
+        "`paused-for-config-change` while the GPUs are repartitioned.",
+    )
+    quiesce_timeout_seconds: int = Field(
+        300, ge=1, le=86400, description="How long to wait for operand and GPU pods to leave the node."
     )
 
     @model_validator(mode="after")

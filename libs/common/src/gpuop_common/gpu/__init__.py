@@ -14,6 +14,7 @@ from gpuop_common.gpu.errors import (
     InvalidPartitionModeError,
     NvmlUnavailableError,
     PartitionNotSupportedError,
+    PartitionRefusedError,
     PartitionWriteError,
     SysfsReadError,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "NvmlUnavailableError",
     "PartitionHealth",
     "PartitionNotSupportedError",
+    "PartitionRefusedError",
     "PartitionState",
     "PartitionWriteError",
     "PciIds",

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuop_common.gpu import amd_ids
 from gpuop_common.gpu.amd_inventory import AmdGpuSource, build_inventory
+from gpuop_common.gpu.amd_partition import PartitionPlanError, plan_writes
 from gpuop_common.gpu.amd_telemetry import read_ras, read_telemetry
 from gpuop_common.gpu.amd_topology import TopologyCache
 from gpuop_common.gpu.base import GpuBackend
 from gpuop_common.gpu.errors import (
     InvalidPartitionModeError,
     PartitionNotSupportedError,
+    PartitionRefusedError,
     PartitionWriteError,
 )
 from gpuop_common.gpu.models import (
@@ -27,6 +31,7 @@ from gpuop_common.gpu.models import (
     Vendor,
 )
 from gpuop_common.gpu.sysfs import FieldReader
+from gpuop_common.gpu.sysfs_write import AttrWriter, writer_from_env
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +66,15 @@ def split_mode(mode: str) -> tuple[str | None, str | None]:
 class AmdSysfsBackend(GpuBackend):
     vendor = Vendor.AMD
 
-    def __init__(self, host_root: Path | str = "/", topology: TopologyCache | None = None) -> None:
+    def __init__(
+        self,
+        host_root: Path | str = "/",
+        writer: AttrWriter | None = None,
+        topology: TopologyCache | None = None,
+    ) -> None:
         self.root = Path(host_root)
+        # Partition files are written through one function (see sysfs_write: a stand-in driver hooks it).
+        self._write = writer if writer is not None else writer_from_env()
         self._baseline: dict[str, _Baseline] | None = None
         self._topology = topology or TopologyCache()
 
@@ -193,6 +205,15 @@ class AmdSysfsBackend(GpuBackend):
             raise PartitionNotSupportedError(gpu.id, "compute and memory")
         return gpu.partition
 
+    def xcc_count(self, gpu_id: str) -> int | None:
+        """XCCs of the whole GPU: the product's count when known, else the sum of KFD `num_xcc`.
+
+        The product wins because KFD can show fewer partitions than XCCs (the MI300X CPX capture's
+        last GPU has 7 nodes), and the driver's rules count the chip's XCCs.
+        """
+        gpu, source = self._locate(gpu_id)
+        return _xcc_count(gpu, source)
+
     def set_partition_mode(self, gpu_id: str, mode: str) -> PartitionState:
         gpu, source = self._locate(gpu_id)
         state = gpu.partition
@@ -201,25 +222,41 @@ class AmdSysfsBackend(GpuBackend):
             raise InvalidPartitionModeError(gpu.id, mode, state.available_compute if state else ())
         if state is None or source.device_dir is None:
             raise PartitionNotSupportedError(gpu.id, "compute and memory")
-        writes: list[tuple[str, str]] = []
-        if compute is not None:
-            if not state.available_compute:
-                raise PartitionNotSupportedError(gpu.id, "compute")
-            if compute not in state.available_compute:
-                raise InvalidPartitionModeError(gpu.id, compute, state.available_compute)
-            writes.append(("current_compute_partition", compute))
-        if memory is not None:
-            if not state.available_memory:
-                raise PartitionNotSupportedError(gpu.id, "memory")
-            if memory not in state.available_memory:
-                raise InvalidPartitionModeError(gpu.id, memory, state.available_memory)
-            writes.append(("current_memory_partition", memory))
-        # Memory mode first: the kernel validates the compute mode against the active NPS mode.
-        for name, value in sorted(writes, key=lambda w: w[0] != "current_memory_partition"):
-            target = source.device_dir / name
+        for wanted, available, what in (
+            (compute, state.available_compute, "compute"),
+            (memory, state.available_memory, "memory"),
+        ):
+            if wanted is None:
+                continue
+            if not available:
+                raise PartitionNotSupportedError(gpu.id, what)
+            if wanted not in available:
+                raise InvalidPartitionModeError(gpu.id, wanted, available)
+        try:
+            writes = plan_writes(
+                (state.compute, state.memory),
+                (compute, memory),
+                (state.available_compute, state.available_memory),
+                _xcc_count(gpu, source),
+            )
+        except PartitionPlanError as exc:
+            raise PartitionRefusedError(gpu.id, str(exc)) from exc
+        for write in writes:
+            target = source.device_dir / write.attr
             try:
-                target.write_text(value + "\n")
+                self._write(target, write.value)
             except OSError as exc:
-                raise PartitionWriteError(gpu.id, str(target), str(exc)) from exc
-            log.info("GPU %s: wrote %s to %s", gpu.id, value, target)
+                name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+                raise PartitionWriteError(gpu.id, str(target), str(exc), name) from exc
+            log.info("GPU %s: wrote %s to %s", gpu.id, write.value, target)
         return self.get_partition_mode(gpu.id)
+
+
+def _xcc_count(gpu: GpuDevice, source: AmdGpuSource) -> int | None:
+    product = amd_ids.product_for(gpu.pci.device_id)
+    if product is not None and product.xcc_count is not None:
+        return product.xcc_count
+    counts = [node.prop("num_xcc") for node in source.kfd_nodes]
+    if not counts or any(count is None for count in counts):
+        return None
+    return sum(count for count in counts if count is not None)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 class AmdProduct:
     marketing_name: str
     gfx_target_version: int | None
+    xcc_count: int | None = None  # XCCs of the whole GPU (CPX partition count, amdgpu-sysfs.md 3.1)
 
 
 _PRODUCTS: dict[int, AmdProduct] = {
@@ -20,9 +21,9 @@ _PRODUCTS: dict[int, AmdProduct] = {
     0x740F: AmdProduct("AMD Instinct MI210", 90010),
     0x740C: AmdProduct("AMD Instinct MI250X/MI250", 90010),
     0x7408: AmdProduct("AMD Instinct MI250X", 90010),
-    0x74A1: AmdProduct("AMD Instinct MI300X", 90402),
-    0x74A0: AmdProduct("AMD Instinct MI300A", 90402),
-    0x74A2: AmdProduct("AMD Instinct MI308X", 90402),
+    0x74A1: AmdProduct("AMD Instinct MI300X", 90402, 8),
+    0x74A0: AmdProduct("AMD Instinct MI300A", 90402, 6),
+    0x74A2: AmdProduct("AMD Instinct MI308X", 90402, 4),
     0x74A5: AmdProduct("AMD Instinct MI325X", 90402),
     0x74A9: AmdProduct("AMD Instinct MI300X HF", 90402),
     0x74B5: AmdProduct("AMD Instinct MI300X VF", 90402),

@@ -87,7 +87,7 @@ def open_backends(
     root = Path(host_root)
     choice = vendor.lower()
     if choice == "amd":
-        return [AmdSysfsBackend(root, topology)]
+        return [AmdSysfsBackend(root, topology=topology)]
     if choice == "nvidia":
         return [NvmlBackend(nvml, root)]
     if choice != "auto":
@@ -95,7 +95,7 @@ def open_backends(
     backends: list[GpuBackend] = []
     for found in detect_vendors(root):
         if found == Vendor.AMD:
-            backends.append(AmdSysfsBackend(root, topology))
+            backends.append(AmdSysfsBackend(root, topology=topology))
             continue
         nvidia = NvmlBackend(nvml, root)
         if nvidia.available:

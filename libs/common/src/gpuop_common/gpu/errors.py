@@ -38,10 +38,22 @@ class InvalidPartitionModeError(GpuBackendError):
         super().__init__(f"GPU {gpu_id}: partition mode {mode!r} is not allowed (allowed: {allowed_text})")
 
 
+class PartitionRefusedError(GpuBackendError):
+    """The modes exist on the GPU but not together (or not from its current state); `reason` says why."""
+
+    def __init__(self, gpu_id: str, reason: str) -> None:
+        self.gpu_id = gpu_id
+        self.reason = reason
+        super().__init__(f"GPU {gpu_id}: {reason}")
+
+
 class PartitionWriteError(GpuBackendError):
-    def __init__(self, gpu_id: str, target: str, detail: str) -> None:
+    """The driver refused a write; `errno_name` is e.g. EBUSY or EINVAL when it came as an errno."""
+
+    def __init__(self, gpu_id: str, target: str, detail: str, errno_name: str | None = None) -> None:
         self.gpu_id = gpu_id
         self.target = target
+        self.errno_name = errno_name
         super().__init__(f"GPU {gpu_id}: setting partition mode via {target} failed: {detail}")
 
 

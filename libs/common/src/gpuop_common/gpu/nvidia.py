@@ -29,6 +29,7 @@ from gpuop_common.gpu.models import (
     Vendor,
 )
 from gpuop_common.gpu.nvidia_inventory import NvmlInventory
+from gpuop_common.gpu.nvidia_mig import MigWriter
 
 log = logging.getLogger(__name__)
 
@@ -374,6 +375,11 @@ class NvmlBackend(GpuBackend):
             raise PartitionWriteError(uuid, "nvmlDeviceSetMigMode", str(exc)) from exc
         log.info("GPU %s: MIG mode set to %s (applies after GPU reset if pending)", uuid, wanted)
         return self.get_partition_mode(uuid)
+
+    def mig_writer(self, gpu_id: str) -> MigWriter:
+        """MIG mode and instance writes for one GPU (see nvidia_mig)."""
+        gpu = self.find(gpu_id)
+        return MigWriter(self._nvml, self._nvml.nvmlDeviceGetHandleByUUID(gpu.id), gpu.id, gpu.model)
 
 
 def _int(value: Any) -> int | None:

@@ -4,6 +4,7 @@ info = build_node_root("amd-mi300x-cpx", tmp_path / "node-a")
 backend = AmdSysfsBackend(info.root)
 """
 
+from gpuop_sim.nodes.amd_driver import OpenDevice, hold_open
 from gpuop_sim.nodes.faults import (
     FaultError,
     VanishedGpu,
@@ -31,9 +32,11 @@ __all__ = [
     "FaultError",
     "NodeProfile",
     "NodeRootInfo",
+    "OpenDevice",
     "UnknownProfileError",
     "VanishedGpu",
     "build_node_root",
+    "hold_open",
     "inject_xid",
     "raise_ras",
     "remove_file",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 
+from gpuop_sim.nodes import fake_nvml_mig
 from gpuop_sim.nodes.amd_root import AmdBoard
 from gpuop_sim.nodes.nvml_state import GpuState, MigDeviceState, NvmlState
 
@@ -69,12 +70,6 @@ W7900 = AmdBoard(
 # DGX H100 PCI layout: four GPUs per CPU socket.
 H100_BUS_IDS = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 H100_MEMORY = 81559 * MIB
-_MIG_PROFILES = {  # profile -> (GI slices, memory MiB, SMs), H100 80GB
-    "1g.10gb": (1, 9856, 16),
-    "2g.20gb": (2, 20096, 32),
-    "3g.40gb": (3, 40192, 60),
-    "7g.80gb": (7, 80896, 132),
-}
 
 
 def _uuid(kind: str, *parts: object) -> str:
@@ -121,26 +116,13 @@ def h100(index: int, node: str) -> GpuState:
 
 
 def mig_devices(gpu: GpuState, node: str, profiles: list[str]) -> list[MigDeviceState]:
-    devices: list[MigDeviceState] = []
-    next_gi = {1: 7, 2: 3, 3: 1, 7: 0}  # first GPU instance id per slice count on H100
+    """Create GPU instances (first free placement) and one full compute instance each."""
     for slot, profile in enumerate(profiles):
-        slices, mib, sms = _MIG_PROFILES[profile]
-        gi = next_gi[slices]
-        next_gi[slices] += 1
-        devices.append(
-            MigDeviceState(
-                uuid=_uuid("MIG-", node, gpu.uuid, slot),
-                slot=slot,
-                gpu_instance_id=gi,
-                compute_instance_id=0,
-                profile=profile,
-                gi_slices=slices,
-                ci_slices=slices,
-                memory_total=mib * MIB,
-                multiprocessor_count=sms,
-            )
-        )
-    return devices
+        instance = fake_nvml_mig.add_gpu_instance(gpu, fake_nvml_mig.profile_named(profile))
+        if instance is None:
+            raise ValueError(f"GPU {gpu.uuid}: MIG layout {profiles} does not fit")
+        fake_nvml_mig.add_compute_instance(gpu, instance, _uuid("MIG-", node, gpu.uuid, slot))
+    return gpu.mig_devices
 
 
 def h100x8_state(node: str, mig: dict[int, list[str]] | None = None) -> NvmlState:

@@ -58,10 +58,10 @@ from gpuop_sim.nodes.fake_nvml_api import (
     _Value,
     nvmlEventTypeXidCriticalError,
 )
-from gpuop_sim.nodes.fake_nvml_core import FakeNvmlCore
+from gpuop_sim.nodes.fake_nvml_mig import FakeNvmlMig
 
 
-class FakeNvml(FakeNvmlCore):
+class FakeNvml(FakeNvmlMig):
     """One fake NVML library instance; attribute access falls back to this module's constants."""
 
     def __getattr__(self, name: str) -> Any:

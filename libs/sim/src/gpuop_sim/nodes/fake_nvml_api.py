@@ -27,6 +27,8 @@ NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_INSUFFICIENT_RESOURCES = 23
 NVML_ERROR_UNKNOWN = 999
 
 NVML_FEATURE_DISABLED = 0
@@ -57,6 +59,26 @@ NVML_TOPOLOGY_NODE = 40
 NVML_TOPOLOGY_SYSTEM = 50
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
+NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0x0
+NVML_GPU_INSTANCE_PROFILE_2_SLICE = 0x1
+NVML_GPU_INSTANCE_PROFILE_3_SLICE = 0x2
+NVML_GPU_INSTANCE_PROFILE_4_SLICE = 0x3
+NVML_GPU_INSTANCE_PROFILE_7_SLICE = 0x4
+NVML_GPU_INSTANCE_PROFILE_8_SLICE = 0x5
+NVML_GPU_INSTANCE_PROFILE_6_SLICE = 0x6
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7
+NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 = 0x8
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 = 0x9
+NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
+NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE = 0x0
+NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE = 0x1
+NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE = 0x2
+NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE = 0x3
+NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE = 0x4
+NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE = 0x5
+NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE = 0x6
+NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
+NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0x0
 NVML_DEVICE_ARCH_AMPERE = 7
 NVML_DEVICE_ARCH_HOPPER = 9
 NVML_VALUE_TYPE_DOUBLE = 0
@@ -100,6 +122,8 @@ _ERROR_STRINGS = {
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_IN_USE: "In use by another client",
+    NVML_ERROR_INSUFFICIENT_RESOURCES: "Insufficient resources",
     NVML_ERROR_UNKNOWN: "Unknown Error",
 }
 
@@ -246,6 +270,77 @@ class _EventData:
 class _EventSet:
     registered: dict[str, int] = field(default_factory=dict)  # uuid -> mask
     cursor: int = 0
+
+
+@dataclass(frozen=True)
+class _GpuInstance:
+    index: int
+    gi_id: int
+
+
+@dataclass(frozen=True)
+class _ComputeInstance:
+    index: int
+    gi_id: int
+    ci_id: int
+
+
+@dataclass
+class c_nvmlGpuInstancePlacement_t:  # noqa: N801 - pynvml's name
+    start: int = 0
+    size: int = 0
+
+
+_Placement = c_nvmlGpuInstancePlacement_t
+
+
+@dataclass
+class _GpuInstanceProfileInfo:
+    version: int
+    id: int
+    isP2pSupported: int  # noqa: N815
+    sliceCount: int  # noqa: N815
+    instanceCount: int  # noqa: N815
+    multiprocessorCount: int  # noqa: N815
+    copyEngineCount: int  # noqa: N815
+    decoderCount: int  # noqa: N815
+    encoderCount: int  # noqa: N815
+    jpegCount: int  # noqa: N815
+    ofaCount: int  # noqa: N815
+    memorySizeMB: int  # noqa: N815
+    name: bytes
+
+
+@dataclass
+class _GpuInstanceInfo:
+    device: Any
+    id: int
+    profileId: int  # noqa: N815
+    placement: _Placement
+
+
+@dataclass
+class _ComputeInstanceProfileInfo:
+    version: int
+    id: int
+    sliceCount: int  # noqa: N815
+    instanceCount: int  # noqa: N815
+    multiprocessorCount: int  # noqa: N815
+    sharedCopyEngineCount: int  # noqa: N815
+    sharedDecoderCount: int  # noqa: N815
+    sharedEncoderCount: int  # noqa: N815
+    sharedJpegCount: int  # noqa: N815
+    sharedOfaCount: int  # noqa: N815
+    name: bytes
+
+
+@dataclass
+class _ComputeInstanceInfo:
+    device: Any
+    gpuInstance: Any  # noqa: N815
+    id: int
+    profileId: int  # noqa: N815
+    placement: _Placement
 
 
 def _fail(code: int) -> NVMLError:

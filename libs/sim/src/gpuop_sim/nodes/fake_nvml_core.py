@@ -7,7 +7,6 @@ from pathlib import Path
 
 from gpuop_sim.nodes.fake_nvml_api import (
     _MAX_MIG_DEVICES,
-    NVML_DEVICE_MIG_DISABLE,
     NVML_DEVICE_MIG_ENABLE,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_INVALID_ARGUMENT,
@@ -15,7 +14,6 @@ from gpuop_sim.nodes.fake_nvml_api import (
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_UNINITIALIZED,
-    NVML_SUCCESS,
     _Attributes,
     _fail,
     _Handle,
@@ -192,20 +190,6 @@ class FakeNvmlCore:
         if not gpu.mig_capable:
             raise _fail(NVML_ERROR_NOT_SUPPORTED)
         return [gpu.mig_current, gpu.mig_pending]
-
-    def nvmlDeviceSetMigMode(self, device: _Handle, mode: int) -> int:  # noqa: N802
-        with self._lock:
-            gpu = self._gpu(device, "nvmlDeviceSetMigMode", mig_ok=False)
-            if not gpu.mig_capable:
-                raise _fail(NVML_ERROR_NOT_SUPPORTED)
-            if mode not in (NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE):
-                raise _fail(NVML_ERROR_INVALID_ARGUMENT)
-            # Hopper applies the change at once when no process holds the GPU.
-            gpu.mig_current = gpu.mig_pending = int(mode)
-            if mode == NVML_DEVICE_MIG_DISABLE:
-                gpu.mig_devices = []
-            self._save()
-        return NVML_SUCCESS
 
     def nvmlDeviceGetMaxMigDeviceCount(self, device: _Handle) -> int:  # noqa: N802
         gpu = self._gpu(device, "nvmlDeviceGetMaxMigDeviceCount", mig_ok=False)

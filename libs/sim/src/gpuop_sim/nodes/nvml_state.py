@@ -29,6 +29,16 @@ class MigDeviceState(BaseModel):
     multiprocessor_count: int
 
 
+class GpuInstanceState(BaseModel):
+    """A MIG GPU instance (memory + compute slices); its compute instances are the MIG devices."""
+
+    id: int
+    profile_id: int  # NVML_GPU_INSTANCE_PROFILE_*
+    profile: str  # e.g. 3g.40gb
+    start: int  # first memory slice of its placement
+    size: int  # memory slices it spans
+
+
 class GpuState(BaseModel):
     uuid: str
     name: str
@@ -71,6 +81,7 @@ class GpuState(BaseModel):
     mig_pending: int = 0
     mig_capable: bool = True
     mig_devices: list[MigDeviceState] = Field(default_factory=list)
+    gpu_instances: list[GpuInstanceState] = Field(default_factory=list)
     lost: bool = False  # every query answers NVML_ERROR_GPU_IS_LOST
     unsupported: list[str] = Field(default_factory=list)  # NVML function names answering NotSupported
 

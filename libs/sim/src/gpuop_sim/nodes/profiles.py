@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuop_common.gpu.models import Vendor
 
-from gpuop_sim.nodes import boards, kfd_gen
+from gpuop_sim.nodes import amd_driver, boards, kfd_gen
 from gpuop_sim.nodes.amd_root import AmdBoard, AmdLayout, lay_amd_drm
 from gpuop_sim.nodes.captures import extract
 from gpuop_sim.nodes.fake_nvml import STATE_ENV
@@ -17,6 +17,7 @@ from gpuop_sim.nodes.nvidia_root import lay_nvidia
 NVML_MODULE_ENV = "GPUOP_NVML_MODULE"
 FAKE_NVML_MODULE = "gpuop_sim.nodes.fake_nvml"
 HOST_ROOT_ENV = "GPUOP_HOST_ROOT"
+SYSFS_WRITER_ENV = "GPUOP_SYSFS_WRITER"
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,17 @@ def _env(root: Path, state: Path | None) -> dict[str, str]:
         NVML_MODULE_ENV: FAKE_NVML_MODULE,
         STATE_ENV: str(state) if state else "",
         HOST_ROOT_ENV: str(root),
+        # Partition writes go to the simulated amdgpu driver (a plain file write where it has no say).
+        SYSFS_WRITER_ENV: amd_driver.WRITER_SPEC,
     }
 
 
-def _amd(name: str, kfd: Callable[[Path], object], board: AmdBoard) -> NodeProfile:
+def _amd(name: str, kfd: Callable[[Path], object], board: AmdBoard, *, driver: bool = False) -> NodeProfile:
     def build(dest: Path, node: str) -> NodeRootInfo:
         kfd(dest)
         layout: AmdLayout = lay_amd_drm(dest, board)
+        if driver:
+            amd_driver.install(dest)
         return NodeRootInfo(
             profile=name,
             root=dest,
@@ -111,8 +116,8 @@ _DESCRIPTIONS = {
 
 _PROFILES = [
     _amd("amd-mi210x8", _capture("mi210-8gpu-xgmi-pcie"), boards.MI210),
-    _amd("amd-mi300x-cpx", _capture("mi300x-8gpu-cpx"), boards.MI300X_CPX),
-    _amd("amd-mi300x-spx", kfd_gen.mi300x_spx, boards.MI300X_SPX),
+    _amd("amd-mi300x-cpx", _capture("mi300x-8gpu-cpx"), boards.MI300X_CPX, driver=True),
+    _amd("amd-mi300x-spx", kfd_gen.mi300x_spx, boards.MI300X_SPX, driver=True),
     _amd("amd-single", _capture("single-gpu-plus-copy"), boards.MI25),
     _amd("amd-radeon", kfd_gen.radeon_w7900, boards.W7900),
     _nvidia("nvidia-h100x8", None),

@@ -1,0 +1,103 @@
+"""Partition profiles against the simulated MI300X and H100 nodes: targets, or the reasons to refuse."""
+
+from __future__ import annotations
+
+import pytest
+from gpuop_common.config.config_manager import PartitionProfile
+from gpuop_common.gpu import AmdSysfsBackend, NvmlBackend
+from gpuop_common.gpu.profile_check import gpu_matches, plan_profile
+from gpuop_sim.nodes.fake_nvml import FakeNvml
+
+
+def _profile(**body):
+    return PartitionProfile.model_validate({"name": "p", **body})
+
+
+@pytest.fixture(scope="module")
+def mi300x_spx(tmp_path_factory):
+    from gpuop_sim.nodes import build_node_root
+
+    info = build_node_root("amd-mi300x-spx", tmp_path_factory.mktemp("spx") / "root")
+    backend = AmdSysfsBackend(info.root)
+    gpus = backend.enumerate()
+    return gpus, {g.id: backend.xcc_count(g.id) for g in gpus}
+
+
+@pytest.fixture(scope="module")
+def h100(tmp_path_factory):
+    from gpuop_sim.nodes import build_node_root
+
+    info = build_node_root("nvidia-h100x8-mig", tmp_path_factory.mktemp("mig") / "root")
+    backend = NvmlBackend(FakeNvml(path=info.nvml_state_path), info.root)
+    gpus = backend.enumerate()
+    layouts = {g.id: backend.mig_writer(g.id).layout() for g in gpus}
+    backend.close()
+    return gpus, layouts
+
+
+def test_cpx_nps4_on_spx_node_targets_every_gpu_but_skipped(mi300x_spx):
+    gpus, xcc = mi300x_spx
+    plan = plan_profile(
+        _profile(amd={"computePartition": "CPX", "memoryPartition": "NPS4", "skippedGpus": [7]}), gpus, xcc
+    )
+    assert plan.valid and len(plan.targets) == 7
+    assert all(t.describe == "CPX/NPS4" for t in plan.targets)
+    assert not any(gpu_matches(t, g) for t, g in zip(plan.targets, gpus, strict=False))
+    same = plan_profile(_profile(amd={"computePartition": "SPX", "memoryPartition": "NPS1"}), gpus, xcc)
+    assert all(gpu_matches(t, g) for t, g in zip(same.targets, gpus, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("amd", "reason"),
+    [
+        (
+            {"computePartition": "TPX"},
+            "compute partition TPX is not available (available: SPX, DPX, QPX, CPX)",
+        ),
+        ({"computePartition": "CPX", "memoryPartition": "NPS2"}, "memory partition NPS2 is not available"),
+        ({"computePartition": "SPX", "memoryPartition": "NPS4"}, "SPX is refused with memory partition NPS4"),
+        ({"computePartition": "DPX", "memoryPartition": "NPS4"}, "DPX is refused with memory partition NPS4"),
+        ({"skippedGpus": [8]}, "amd.skippedGpus: GPU index 8 does not exist (8 AMD GPUs)"),
+    ],
+)
+def test_invalid_amd_profiles_name_the_reason(mi300x_spx, amd, reason):
+    gpus, xcc = mi300x_spx
+    plan = plan_profile(_profile(amd=amd), gpus, xcc)
+    assert not plan.valid
+    assert any(reason in r for r in plan.reasons), plan.reasons
+    assert "AMD GPU 0 (0000:05:00.0)" in " ".join(plan.reasons) or "skippedGpus" in reason
+
+
+def test_mig_profiles(h100):
+    gpus, layouts = h100
+    all_1g = plan_profile(_profile(nvidia=[{"migEnabled": True, "migDevices": {"1g.10gb": 7}}]), gpus)
+    assert all_1g.valid and len(all_1g.targets) == 8
+    matches = [gpu_matches(t, g, layouts[g.id]) for t, g in zip(all_1g.targets, gpus, strict=True)]
+    assert matches == [True] + [False] * 7  # GPU 0 already has 7x 1g.10gb
+    off = plan_profile(_profile(nvidia=[{"devices": [5, 6], "migEnabled": False}]), gpus)
+    assert [t.index for t in off.targets] == [5, 6]
+    assert all(gpu_matches(t, gpus[t.index], layouts[gpus[t.index].id]) for t in off.targets)
+
+
+@pytest.mark.parametrize(
+    ("nvidia", "reason"),
+    [
+        ([{"migEnabled": True, "migDevices": {"3g.40gb": 2, "1g.10gb": 1}}], "has no placement"),
+        ([{"migEnabled": True, "migDevices": {"1g.5gb": 7}}], "1g.5gb does not exist"),
+        ([{"devices": [8], "migEnabled": False}], "nvidia[0].devices: GPU index 8 does not exist"),
+        (
+            [{"devices": [0], "migEnabled": False}, {"devices": [0, 1], "migEnabled": False}],
+            "nvidia[1].devices: GPU index 0 is already set by nvidia[0]",
+        ),
+    ],
+)
+def test_invalid_mig_profiles_name_the_reason(h100, nvidia, reason):
+    gpus, _ = h100
+    plan = plan_profile(_profile(nvidia=nvidia), gpus)
+    assert not plan.valid and any(reason in r for r in plan.reasons), plan.reasons
+
+
+def test_profile_for_the_other_vendor_is_refused(h100):
+    gpus, _ = h100
+    plan = plan_profile(_profile(amd={"computePartition": "CPX", "memoryPartition": "NPS4"}), gpus)
+    assert plan.reasons == ("profile p has no layout for the GPUs on this node (0 AMD, 8 NVIDIA)",)

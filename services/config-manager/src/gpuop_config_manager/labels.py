@@ -1,0 +1,108 @@
+"""Node labels and annotations the config manager reads and writes (pure functions over dicts).
+
+Input: `gpuop.dev/gpu-config-profile=<name>` (and the vendor labels AMD's device config manager and
+NVIDIA's MIG manager read). Output: `gpuop.dev/gpu-config-state` plus the vendor state labels
+(`nvidia.com/mig.config.state` pending/success/failed; `dcm.amd.com/gpu-config-profile-state`
+success/failure), the failure reason in an annotation, and while GPUs are repartitioned the
+operands' deploy labels set to `paused-for-config-change`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpuop_common.config.config_manager import ConfigManagerConfig, PartitionProfile
+from gpuop_common.gpu.models import Vendor
+
+STATE_LABEL = "gpuop.dev/gpu-config-state"
+NVIDIA_STATE_LABEL = "nvidia.com/mig.config.state"
+AMD_STATE_LABEL = "dcm.amd.com/gpu-config-profile-state"
+REASON_ANNOTATION = "gpuop.dev/gpu-config-failure-reason"
+PROGRESS_ANNOTATION = "gpuop.dev/gpu-config-progress"
+RESULT_ANNOTATION = "gpuop.dev/gpu-config-result"
+DEPLOY_PREFIX = "gpuop.dev/deploy."
+PAUSED = "paused-for-config-change"
+REASON_LIMIT = 1024
+
+
+class State(StrEnum):
+    PENDING = "pending"
+    QUIESCING = "quiescing"
+    APPLYING = "applying"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+
+_NVIDIA_STATE = {State.SUCCESS: "success", State.FAILED: "failed"}  # other states: pending
+_AMD_STATE = {State.SUCCESS: "success", State.FAILED: "failure"}  # DCM writes only these two
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which profile a node asks for and through which label (None: the node asks for none)."""
+
+    name: str | None
+    source: str  # the label key, `nodeSelector`, or "" when nothing selects a profile
+
+
+def select_profile(labels: Mapping[str, str], config: ConfigManagerConfig) -> Selection:
+    """The gpuop label wins, then the vendor labels in order, then the first nodeSelector match."""
+    for key in (config.profile_label, *config.vendor_profile_labels):
+        value = labels.get(key, "").strip()
+        if value:
+            return Selection(value, key)
+    for profile in config.profiles:
+        if profile.node_selector and all(labels.get(k) == v for k, v in profile.node_selector.items()):
+            return Selection(profile.name, "nodeSelector")
+    return Selection(None, "")
+
+
+def profile_digest(profile: PartitionProfile) -> str:
+    """Short content hash: a changed profile of the same name is a new request."""
+    body = json.dumps(profile.model_dump(mode="json", by_alias=True), sort_keys=True).encode()
+    return hashlib.sha256(body).hexdigest()[:16]
+
+
+def state_labels(state: State, vendors: Sequence[Vendor]) -> dict[str, str | None]:
+    """The gpuop state label and, for the vendors on the node, the vendor-compatible ones."""
+    labels: dict[str, str | None] = {STATE_LABEL: state.value}
+    if Vendor.NVIDIA in vendors:
+        labels[NVIDIA_STATE_LABEL] = _NVIDIA_STATE.get(state, "pending")
+    if Vendor.AMD in vendors and state in _AMD_STATE:
+        labels[AMD_STATE_LABEL] = _AMD_STATE[state]
+    return labels
+
+
+def deploy_key(operand: str) -> str:
+    return f"{DEPLOY_PREFIX}{operand}"
+
+
+def pause_labels(labels: Mapping[str, str], operands: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(patch, saved): deploy labels now `true` become paused; `saved` holds what to restore.
+
+    A `false` or absent deploy label is left alone (that operand is not running here), as NVIDIA's
+    MIG manager does; a label already paused by an earlier, interrupted run is restored to `true`.
+    """
+    patch: dict[str, str] = {}
+    saved: dict[str, str] = {}
+    for operand in operands:
+        key = deploy_key(operand)
+        value = labels.get(key)
+        if value in ("true", PAUSED):
+            saved[key] = "true"
+            if value != PAUSED:
+                patch[key] = PAUSED
+    return patch, saved
+
+
+def restore_labels(labels: Mapping[str, str], saved: Mapping[str, str]) -> dict[str, str]:
+    """Put paused deploy labels back; one someone else changed meanwhile is theirs and stays."""
+    return {key: value for key, value in saved.items() if labels.get(key) == PAUSED}
+
+
+def clip_reason(reason: str) -> str:
+    return reason if len(reason) <= REASON_LIMIT else reason[: REASON_LIMIT - 3] + "..."

@@ -1,0 +1,28 @@
+"""The config manager's settings: the shared agent flags plus its own (each also a `GPUOP_<NAME>` env var)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from gpuop_common.settings import AgentSettings
+from pydantic import Field
+
+PROBE_PORT = 8083  # docs/charts.md: one probe port per service
+
+
+class ConfigManagerSettings(AgentSettings):
+    probe_port: int = Field(PROBE_PORT, ge=0, le=65535, description="Port of /healthz, /readyz, /metrics.")
+    interval: float = Field(
+        15.0, gt=0, le=86400, description="Seconds between checks of the node's profile label and GPUs."
+    )
+    config_file: Path | None = Field(
+        None, description="The mounted ConfigMap file (configManager section, camelCase YAML), reloaded."
+    )
+    vendor: Literal["auto", "amd", "nvidia"] = Field("auto", description="GPU backends to use.")
+    poll_seconds: float = Field(
+        2.0, gt=0, le=60, description="Seconds between checks while waiting for pods to leave the node."
+    )
+    evict_gpu_pods: bool = Field(
+        False, description="Delete GPU workload pods on the node instead of waiting for them to finish."
+    )

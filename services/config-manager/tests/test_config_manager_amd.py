@@ -1,0 +1,227 @@
+"""The config manager on simulated MI300X nodes: state sequence, quiesce/restore, failures, restarts."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from gpuop_common.gpu import AmdSysfsBackend
+from gpuop_config_manager.labels import (
+    AMD_STATE_LABEL,
+    PAUSED,
+    PROGRESS_ANNOTATION,
+    REASON_ANNOTATION,
+    STATE_LABEL,
+    State,
+    profile_digest,
+)
+from gpuop_config_manager.progress import Progress
+from gpuop_sim.nodes import hold_open
+from kubernetes import client
+
+NODE = "gpu-node"
+DEPLOY = {
+    "gpuop.dev/deploy.device-plugin": "true",
+    "gpuop.dev/deploy.metrics-exporter": "true",
+    "gpuop.dev/deploy.test-runner": "false",
+}
+PROFILE = "gpuop.dev/gpu-config-profile"
+DP = "gpuop.dev/deploy.device-plugin"
+ME = "gpuop.dev/deploy.metrics-exporter"
+TR = "gpuop.dev/deploy.test-runner"
+
+
+def _modes(info):
+    return {(g.partition.compute, g.partition.memory) for g in AmdSysfsBackend(info.root).enumerate()}
+
+
+def _partitions(info):
+    return sum(len(g.partitions) or 1 for g in AmdSysfsBackend(info.root).enumerate())
+
+
+def test_spx_to_cpx_nps4_goes_through_every_state_and_restores_the_operands(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
+    outcome = h.agent().run_once()
+    assert outcome.state is State.SUCCESS and outcome.changed
+    assert h.kube.states() == ["pending", "quiescing", "applying", "success"]
+    quiescing = next(p for p in h.kube.label_patches if p.get(STATE_LABEL) == "quiescing")
+    assert quiescing[DP] == PAUSED and quiescing[ME] == PAUSED and TR not in quiescing  # false stays false
+    node = h.node()
+    assert {k: node.labels[k] for k in DEPLOY} == DEPLOY
+    assert node.labels[STATE_LABEL] == "success" and node.labels[AMD_STATE_LABEL] == "success"
+    assert PROGRESS_ANNOTATION not in (node.annotations or {})
+    assert _modes(h.info) == {("CPX", "NPS4")} and _partitions(h.info) == 64
+    assert h.events() == ["ConfigPending", "Quiescing", "ApplyingConfig", "ConfigApplied"]
+    # Steady state: nothing written on the next passes.
+    writes = h.kube.writes
+    for _ in range(2):
+        assert not h.agent().run_once().changed
+    assert h.kube.writes == writes
+
+
+def test_cpx_nps4_to_spx_nps1_and_nps1_to_nps4(harness):
+    h = harness("amd-mi300x-cpx", {PROFILE: "spx-nps1"})
+    assert h.agent().run_once().state is State.SUCCESS
+    assert _modes(h.info) == {("SPX", "NPS1")} and _partitions(h.info) == 8
+    h.label(**{PROFILE: "cpx-nps1"})
+    assert h.agent().run_once().state is State.SUCCESS
+    assert _modes(h.info) == {("CPX", "NPS1")}
+    h.label(**{PROFILE: "cpx-nps4"})
+    assert h.agent().run_once().state is State.SUCCESS
+    assert _modes(h.info) == {("CPX", "NPS4")} and _partitions(h.info) == 64
+
+
+def test_matching_node_is_a_no_op_with_one_success_label(harness):
+    h = harness("amd-mi300x-cpx", {"dcm.amd.com/gpu-config-profile": "cpx-nps4"})
+    outcome = h.agent().run_once()
+    assert outcome.state is State.SUCCESS and not outcome.changed
+    assert h.kube.states() == ["success"]
+    assert h.node().labels[DP] == "true"
+    assert h.events() == ["ConfigAlreadyApplied"]
+
+
+def test_invalid_profile_is_rejected_with_no_change(harness):
+    h = harness("amd-mi300x-cpx", {PROFILE: "spx-nps4"})
+    generation = (h.info.root / "sys/class/kfd/kfd/topology/generation_id").read_text()
+    outcome = h.agent().run_once()
+    assert outcome.state is State.FAILED
+    node = h.node()
+    reason = node.annotations[REASON_ANNOTATION]
+    assert "AMD GPU 0 (0000:05:00.0): compute partition SPX is refused with memory partition NPS4" in reason
+    assert node.labels[STATE_LABEL] == "failed" and node.labels[AMD_STATE_LABEL] == "failure"
+    assert h.kube.states() == ["failed"]  # never pending: nothing was touched
+    assert {k: node.labels[k] for k in DEPLOY} == DEPLOY
+    assert (h.info.root / "sys/class/kfd/kfd/topology/generation_id").read_text() == generation
+    assert h.events() == ["InvalidProfile"]
+    # Not retried in a loop: the next pass writes nothing.
+    writes = h.kube.writes
+    assert h.agent().run_once().state is State.FAILED and h.kube.writes == writes
+
+
+def test_unknown_profile_names_the_label_and_the_known_ones(harness):
+    h = harness("amd-mi300x-cpx", {PROFILE: "qpx-typo"})
+    outcome = h.agent().run_once()
+    assert outcome.state is State.FAILED
+    assert "profile 'qpx-typo' (label gpuop.dev/gpu-config-profile) is not in the config" in outcome.reason
+    assert "cpx-nps4, spx-nps1" in outcome.reason
+
+
+def test_failed_write_is_failed_with_the_reason_and_the_node_stays_usable(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
+    gpu3 = AmdSysfsBackend(h.info.root).enumerate()[3]
+    with hold_open(h.info.root, f"/dev/dri/renderD{gpu3.render_minor}"):
+        outcome = h.agent().run_once()
+    assert outcome.state is State.FAILED
+    node = h.node()
+    assert "EBUSY" in node.annotations[REASON_ANNOTATION] or "busy" in node.annotations[REASON_ANNOTATION]
+    assert gpu3.id in node.annotations[REASON_ANNOTATION]
+    assert h.kube.states() == ["pending", "quiescing", "applying", "failed"]
+    assert {k: node.labels[k] for k in DEPLOY} == DEPLOY
+    assert PROGRESS_ANNOTATION not in node.annotations
+    assert h.events()[-1] == "ConfigFailed"
+    # Usable: every GPU is still a valid partition state, and a new request applies.
+    h.label(**{PROFILE: "spx-nps1"})
+    assert h.agent().run_once().state is State.SUCCESS
+    assert _modes(h.info) == {("SPX", "NPS1")}
+
+
+def test_gpu_pod_that_never_leaves_times_out_and_operands_come_back(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"}, quiesceTimeoutSeconds=1)
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="trainer", namespace="default"),
+        spec=client.V1PodSpec(
+            node_name=NODE,
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="x",
+                    resources=client.V1ResourceRequirements(limits={"amd.com/gpu": "1"}),
+                )
+            ],
+        ),
+    )
+    h.core.create_namespaced_pod("default", pod)
+    outcome = h.agent().run_once()
+    assert outcome.state is State.FAILED
+    assert "timed out after 1s waiting for pods to leave the node: default/trainer" in outcome.reason
+    node = h.node()
+    assert {k: node.labels[k] for k in DEPLOY} == DEPLOY
+    assert h.kube.states() == ["pending", "quiescing", "failed"]
+    assert _modes(h.info) == {("SPX", "NPS1")}
+    assert h.events()[-1] == "QuiesceTimeout"
+
+
+def test_evicting_gpu_pods_lets_the_apply_go_on(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps1"}, quiesceTimeoutSeconds=20)
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="trainer", namespace="default"),
+        spec=client.V1PodSpec(
+            node_name=NODE,
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="x",
+                    resources=client.V1ResourceRequirements(limits={"amd.com/gpu": "2"}),
+                )
+            ],
+        ),
+    )
+    h.core.create_namespaced_pod("default", pod)
+    done = threading.Event()
+
+    def kubelet() -> None:
+        # What the kubelet does for a deleted pod: stop it, then remove the object (grace 0).
+        while not done.wait(0.05):
+            pods = h.core.list_namespaced_pod("default").items
+            for item in pods:
+                if item.metadata.deletion_timestamp is not None:
+                    h.core.delete_namespaced_pod(item.metadata.name, "default", grace_period_seconds=0)
+
+    thread = threading.Thread(target=kubelet, daemon=True)
+    thread.start()
+    try:
+        assert h.agent(evict_gpu_pods=True).run_once().state is State.SUCCESS
+    finally:
+        done.set()
+        thread.join()
+    assert not h.core.list_namespaced_pod("default").items
+
+
+def test_restart_mid_apply_resumes_and_never_stays_applying(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
+    agent = h.agent()
+    # The pod died after pausing the operands and writing GPU 0: put the node in that state.
+    profile = next(p for p in h.config.profiles if p.name == "cpx-nps4")
+    progress = Progress(profile="cpx-nps4", digest=profile_digest(profile), phase="applying",
+                        savedLabels={DP: "true", ME: "true"}, started=0.0)  # fmt: skip
+    h.core.patch_node(
+        NODE,
+        {"metadata": {"labels": {DP: PAUSED, ME: PAUSED, STATE_LABEL: "applying"},
+                      "annotations": {PROGRESS_ANNOTATION: progress.dump()}}},
+    )  # fmt: skip
+    AmdSysfsBackend(h.info.root, writer=None).set_partition_mode("0", "cpx")
+    del agent
+    h.restart()
+    outcome = h.agent().run_once()
+    assert outcome.state is State.SUCCESS
+    node = h.node()
+    assert node.labels[STATE_LABEL] == "success" and PROGRESS_ANNOTATION not in node.annotations
+    assert {k: node.labels[k] for k in DEPLOY} == DEPLOY
+    assert _modes(h.info) == {("CPX", "NPS4")}
+    assert h.events()[0] == "ConfigResumed"
+
+
+def test_restart_after_the_label_changed_rolls_the_pause_back(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "spx-nps1"})
+    progress = Progress(
+        profile="cpx-nps4", digest="0" * 16, phase="quiescing", savedLabels={DP: "true"}, started=0.0
+    )
+    h.core.patch_node(
+        NODE, {"metadata": {"labels": {DP: PAUSED}, "annotations": {PROGRESS_ANNOTATION: progress.dump()}}}
+    )
+    outcome = h.agent().run_once()
+    assert outcome.state is State.SUCCESS and not outcome.changed
+    node = h.node()
+    assert node.labels[DP] == "true" and PROGRESS_ANNOTATION not in node.annotations
+    assert "ConfigRolledBack" in h.events()
+    assert json.loads(node.annotations["gpuop.dev/gpu-config-result"])["profile"] == "spx-nps1"
