@@ -11,7 +11,18 @@ import json
 import uuid
 from typing import Any
 
-from gpuop_sim.apiserver import admission, checks, crd, errors, kinds, managed, patches, pods, validation
+from gpuop_sim.apiserver import (
+    admission,
+    checks,
+    crd,
+    dra,
+    errors,
+    kinds,
+    managed,
+    patches,
+    pods,
+    validation,
+)
 from gpuop_sim.apiserver.base import Result, WriteOptions, _spec_part, now_rfc3339
 from gpuop_sim.apiserver.deletion import DeletionMixin
 from gpuop_sim.apiserver.errors import ApiError, cause
@@ -210,6 +221,10 @@ class ApiCore(DeletionMixin):
             frozen = admission.validate_immutable(rt.kind, old, obj)
             if rt.kind == "Pod" and rt.group == "":
                 frozen += pods.validate_pod_update(old, obj)
+            if frozen:
+                raise errors.invalid(rt, meta["name"], frozen)
+        if rt.custom is None and rt.group == "resource.k8s.io":
+            frozen = dra.validate_update(rt.kind, old, obj, status=subresource == "status")
             if frozen:
                 raise errors.invalid(rt, meta["name"], frozen)
         if "deletionTimestamp" in old["metadata"]:

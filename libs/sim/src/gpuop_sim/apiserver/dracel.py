@@ -1,0 +1,235 @@
+"""CEL device selectors of resource.k8s.io (DeviceClass and ResourceClaim requests): compile checks.
+
+The real server compiles each `selectors[i].cel.expression` against the DRA environment (one
+variable, `device`, with `driver` string, `attributes` map(string, map(string, dyn)), `capacity`
+map(string, map(string, kubernetes.Quantity)), `allowMultipleAllocations` bool) and rejects:
+- an expression that does not parse (cel-go's syntax error with caret lines; see cel.py);
+- a reference to an undeclared identifier, or to a field `device` does not have;
+- a result type that is neither bool nor dyn ("must evaluate to bool or the unknown type, not T").
+
+The type inference here is partial: wherever a type is not known for certain (calls of
+extension functions, arithmetic on mixed types), it is `dyn`, which the server also accepts, so
+an expression is only refused when its result type is certain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lark import Token, Tree
+
+from gpuop_sim.apiserver import cel
+
+DYN = "dyn"
+QUANTITY = "kubernetes.Quantity"
+DEVICE = "kubernetes.DRADevice"
+DEVICE_FIELDS = {
+    "driver": "string",
+    "attributes": "map(string, map(string, dyn))",
+    "capacity": f"map(string, map(string, {QUANTITY}))",
+    "allowMultipleAllocations": "bool",
+}
+_LITERALS = {
+    "INT_LIT": "int",
+    "UINT_LIT": "uint",
+    "FLOAT_LIT": "double",
+    "STRING_LIT": "string",
+    "MLSTRING_LIT": "string",
+    "BYTES_LIT": "bytes",
+    "BOOL_LIT": "bool",
+    "NULL_LIT": "null_type",
+}
+_BOOL_METHODS = frozenset(
+    {
+        "startsWith",
+        "endsWith",
+        "contains",
+        "matches",
+        "isGreaterThan",
+        "isLessThan",
+        "isInteger",
+        "all",
+        "exists",
+        "exists_one",
+    }
+)
+_INT_METHODS = frozenset({"size", "compareTo", "asInteger", "sign", "indexOf", "lastIndexOf"})
+_STRING_METHODS = frozenset({"lowerAscii", "upperAscii", "trim", "replace", "substring", "join"})
+_GLOBAL_RESULTS = {
+    "size": "int",
+    "int": "int",
+    "uint": "uint",
+    "double": "double",
+    "string": "string",
+    "bytes": "bytes",
+    "bool": "bool",
+    "has": "bool",
+    "matches": "bool",
+    "isQuantity": "bool",
+    "isSemver": "bool",
+    "quantity": QUANTITY,
+}
+
+
+class CelCheckError(Exception):
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(message)
+        self.message, self.line, self.column = message, line, column
+
+
+@dataclass
+class _Scope:
+    names: dict[str, str]
+
+
+def _map_value(typ: str) -> str | None:
+    """The value type of `map(K, V)` (None if typ is not a map)."""
+    if not typ.startswith("map(") or not typ.endswith(")"):
+        return None
+    inner, depth = typ[4:-1], 0
+    for i, ch in enumerate(inner):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            return inner[i + 1 :].strip()
+    return None
+
+
+def _list_elem(typ: str) -> str | None:
+    return typ[5:-1] if typ.startswith("list(") and typ.endswith(")") else None
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.scopes: list[dict[str, str]] = [{"device": DEVICE}]
+
+    def lookup(self, token: Token) -> str:
+        name = str(token.value)
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        raise CelCheckError(
+            f"undeclared reference to '{name}' (in container '')", token.line or 1, (token.column or 1) - 1
+        )
+
+    def typ(self, node: Any) -> str:
+        if isinstance(node, Token):
+            return DYN
+        data, children = node.data, node.children
+        if data == "literal":
+            return _LITERALS.get(children[0].type, DYN)
+        if data == "ident":
+            return self.lookup(children[0])
+        if data == "paren_expr" or (
+            len(children) == 1 and isinstance(children[0], Tree) and not data.endswith("_lit")
+        ):
+            return self.typ(children[0])
+        if data == "expr" and len(children) == 3:
+            self.typ(children[0])
+            then, other = self.typ(children[1]), self.typ(children[2])
+            return then if then == other else DYN
+        if data in ("conditionalor", "conditionaland"):
+            for child in children:
+                self.typ(child)
+            return "bool"
+        if data == "relation" and len(children) == 2:
+            self.typ(children[0].children[0])
+            self.typ(children[1])
+            return "bool"
+        if data in ("addition", "multiplication") and len(children) == 2:
+            left, right = self.typ(children[0].children[0]), self.typ(children[1])
+            return left if left == right and left != "null_type" else DYN
+        if data == "unary" and len(children) == 2:
+            operand = self.typ(children[1])
+            return "bool" if children[0].data == "unary_not" else operand
+        if data == "member_dot":
+            return self.select(children[0], children[1])
+        if data == "member_index":
+            target = self.typ(children[0])
+            self.typ(children[1])
+            return _map_value(target) or _list_elem(target) or DYN
+        if data == "member_dot_arg":
+            return self.method(children)
+        if data == "ident_arg":
+            args = cel._args(children[1]) if len(children) > 1 else []
+            for arg in args:
+                self.typ(arg)
+            return _GLOBAL_RESULTS.get(str(children[0].value), DYN)
+        if data == "list_lit":
+            items = [self.typ(c) for c in cel._args(children[0])] if children else []
+            return f"list({items[0]})" if items and all(t == items[0] for t in items) else "list(dyn)"
+        if data == "map_lit":
+            parts = [self.typ(c) for c in children[0].children if isinstance(c, Tree)] if children else []
+            keys, values = parts[0::2], parts[1::2]
+            key = keys[0] if keys and all(k == keys[0] for k in keys) else DYN
+            value = values[0] if values and all(v == values[0] for v in values) else DYN
+            return f"map({key}, {value})"
+        for child in children:
+            if isinstance(child, Tree):
+                self.typ(child)
+        return DYN
+
+    def select(self, target_node: Any, field: Token) -> str:
+        target = self.typ(target_node)
+        name = str(field.value)
+        if target == DEVICE:
+            if name not in DEVICE_FIELDS:
+                raise CelCheckError(f"undefined field '{name}'", field.line or 1, (field.column or 2) - 2)
+            return DEVICE_FIELDS[name]
+        return _map_value(target) or DYN
+
+    def method(self, children: list[Any]) -> str:
+        target = self.typ(children[0])
+        name = str(children[1].value)
+        args = cel._args(children[2]) if len(children) > 2 else []
+        if (
+            name in ("all", "exists", "exists_one", "map", "filter")
+            and len(args) == 2
+            and cel._is_tree_ident(args[0])
+        ):
+            element = _list_elem(target) or (target[4:].split(",", 1)[0] if _map_value(target) else DYN)
+            self.scopes.append({cel._ident_name(args[0]): element})
+            try:
+                body = self.typ(args[1])
+            finally:
+                self.scopes.pop()
+            if name == "map":
+                return f"list({body})"
+            return target if name == "filter" else "bool"
+        for arg in args:
+            self.typ(arg)
+        if name in _BOOL_METHODS:
+            return "bool"
+        if name in _INT_METHODS:
+            return "int"
+        if name in _STRING_METHODS:
+            return "string"
+        if name in ("add", "sub") and target == QUANTITY:
+            return QUANTITY
+        if name == "asApproximateFloat":
+            return "double"
+        return DYN
+
+
+def _caret(expression: str, line: int, column: int, message: str) -> str:
+    lines = expression.split("\n")
+    source = lines[line - 1] if 0 < line <= len(lines) else ""
+    return (
+        f"compilation failed: ERROR: <input>:{line}:{column + 1}: {message}\n | {source}\n | {'.' * column}^"
+    )
+
+
+def selector_problem(expression: str) -> str | None:
+    """Why the server refuses this selector expression (its message after the value), or None."""
+    compiled = cel.compile_rule(expression)
+    if compiled.error:
+        return compiled.error
+    assert compiled.tree is not None
+    try:
+        result = _Checker().typ(compiled.tree)
+    except CelCheckError as exc:
+        return _caret(expression, exc.line, exc.column, exc.message)
+    if result not in ("bool", DYN):
+        return f"must evaluate to bool or the unknown type, not {result}"
+    return None
