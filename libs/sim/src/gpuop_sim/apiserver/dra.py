@@ -506,6 +506,15 @@ def validate_slice(obj: JsonObj) -> list[JsonObj]:
     return causes
 
 
+def semantic(value: Any) -> Any:
+    """What Go's semantic equality compares: a null or empty list is the same as an absent field."""
+    if isinstance(value, dict):
+        return {k: semantic(v) for k, v in value.items() if v is not None and v != []}
+    if isinstance(value, list):
+        return [semantic(v) for v in value]
+    return value
+
+
 def _immutable(field: str, new: Any, old: Any) -> list[JsonObj]:
     return [] if new == old else [_invalid(field, new if new is not None else "", "field is immutable")]
 
@@ -734,7 +743,7 @@ def validate_claim_status(new: JsonObj, old: JsonObj | None) -> list[JsonObj]:
         causes.append(_forbidden("status.reservedFor", "may not be specified when `allocated` is not set"))
     old_allocation = _dict(old.get("status")).get("allocation") if old is not None else None
     if old_allocation is not None and allocation is not None:
-        if allocation != old_allocation:
+        if semantic(allocation) != semantic(old_allocation):
             causes.append(
                 _invalid_raw(
                     "status.allocation", godump.go_dump(allocation, "AllocationResult"), "field is immutable"
@@ -788,7 +797,7 @@ def _validate_allocation(allocation: JsonObj, names: dict[str, set[str]]) -> lis
 
 def validate_claim_update(old: JsonObj, new: JsonObj) -> list[JsonObj]:
     """A PUT of the main resource: the spec may not change."""
-    if _dict(old.get("spec")) == _dict(new.get("spec")):
+    if semantic(_dict(old.get("spec"))) == semantic(_dict(new.get("spec"))):
         return []
     return [_invalid_raw("spec", godump.go_dump(new.get("spec"), "ResourceClaimSpec"), "field is immutable")]
 
@@ -827,7 +836,7 @@ def _template_spec_dump(spec: JsonObj) -> str:
 
 
 def validate_claim_template_update(old: JsonObj, new: JsonObj) -> list[JsonObj]:
-    if _dict(old.get("spec")) == _dict(new.get("spec")):
+    if semantic(_dict(old.get("spec"))) == semantic(_dict(new.get("spec"))):
         return []
     return [_invalid_raw("spec", _template_spec_dump(_dict(new.get("spec"))), "field is immutable")]
 
