@@ -18,6 +18,8 @@ import pytest
 from gpuop_sim.apiserver import SimApiServer, dra, dracel, godump
 from gpuop_sim.apiserver.quantity import QuantityError, canonical_quantity
 from gpuop_sim.apiserver.selectors import SelectorError, parse_field_selector
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 JsonObj = dict[str, Any]
 BASE = "/apis/resource.k8s.io/v1"
@@ -762,3 +764,64 @@ def test_bad_deviceclass_selectors(
     assert status == 422, answer
     ((_reason, found_field, found_message),) = causes_of(answer)
     assert found_field == field and found_message.startswith(message)
+
+
+def test_the_official_client_publishes_slices_and_allocates_claims(server: SimApiServer) -> None:
+    """What the DRA driver does, through `kubernetes.client.ResourceV1Api`."""
+    api = client.ResourceV1Api(client.ApiClient(client.Configuration(host=server.url)))
+    device = client.V1Device(
+        name="gpu-0",
+        attributes={"gpu.gpuop.dev/type": client.V1DeviceAttribute(string="gpu")},
+        capacity={"memory": client.V1DeviceCapacity(value="196608Mi")},
+    )
+    spec = client.V1ResourceSliceSpec(
+        driver="client.gpuop.dev",
+        node_name="client-node",
+        pool=client.V1ResourcePool(name="client-node", generation=1, resource_slice_count=1),
+        devices=[device],
+    )
+    created = api.create_resource_slice(
+        client.V1ResourceSlice(metadata=client.V1ObjectMeta(name="client-s"), spec=spec)
+    )
+    assert created.spec.devices[0].capacity["memory"].value == "192Gi"
+    listed = api.list_resource_slice(field_selector="spec.driver=client.gpuop.dev,spec.nodeName=client-node")
+    assert [s.metadata.name for s in listed.items] == ["client-s"]
+    created.spec.devices.append(client.V1Device(name="gpu-1"))
+    created.spec.pool.generation = 2
+    replaced = api.replace_resource_slice("client-s", created)
+    assert replaced.metadata.generation == 2 and len(replaced.spec.devices) == 2
+    with pytest.raises(ApiException) as refused:
+        api.list_resource_slice(field_selector="spec.pool.name=client-node")
+    assert refused.value.status == 400
+
+    request = client.V1DeviceRequest(
+        name="g", exactly=client.V1ExactDeviceRequest(device_class_name="gpu.gpuop.dev")
+    )
+    claim = api.create_namespaced_resource_claim(
+        "default",
+        client.ResourceV1ResourceClaim(
+            metadata=client.V1ObjectMeta(name="client-claim"),
+            spec=client.V1ResourceClaimSpec(devices=client.V1DeviceClaim(requests=[request])),
+        ),
+    )
+    assert (
+        claim.spec.devices.requests[0].exactly.allocation_mode,
+        claim.spec.devices.requests[0].exactly.count,
+    ) == (
+        "ExactCount",
+        1,
+    )
+    result = client.V1DeviceRequestAllocationResult(
+        request="g", driver="client.gpuop.dev", pool="client-node", device="gpu-0"
+    )
+    claim.status = client.V1ResourceClaimStatus(
+        allocation=client.V1AllocationResult(devices=client.V1DeviceAllocationResult(results=[result]))
+    )
+    allocated = api.replace_namespaced_resource_claim_status("client-claim", "default", claim)
+    assert allocated.status.allocation.devices.results[0].device == "gpu-0"
+    allocated.status.allocation.devices.results[0].device = "gpu-1"
+    with pytest.raises(ApiException) as immutable:
+        api.replace_namespaced_resource_claim_status("client-claim", "default", allocated)
+    assert (
+        immutable.value.status == 422 and "field is immutable" in json.loads(immutable.value.body)["message"]
+    )
