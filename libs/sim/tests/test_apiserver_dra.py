@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpuop_sim.apiserver import SimApiServer, dra, dracel, godump
+from gpuop_sim.apiserver import SimApiServer, dracel, drarules, godump
 from gpuop_sim.apiserver.quantity import QuantityError, canonical_quantity
 from gpuop_sim.apiserver.selectors import SelectorError, parse_field_selector
 from kubernetes import client
@@ -115,11 +115,11 @@ def test_a_syntax_error_keeps_cel_gos_wording() -> None:
         ("numa_node", []),
         ("9lives", ['Invalid value: "9lives": a valid C identifier must start with alphabetic']),
         ("x" * 33, ["Too long: may not be more than 32 bytes"]),
-        ("/type", ["Required value: the domain must not be empty"]),
-        ("gpu.gpuop.dev/", ["Required value: the name must not be empty"]),
+        ("/type", ['Invalid value: "": the domain must not be empty']),
+        ("gpu.gpuop.dev/", ['Invalid value: "": the name must not be empty']),
         ("Bad_Domain/type", ['Invalid value: "Bad_Domain": a lowercase RFC 1123 subdomain']),
-        ("a/b/c", ["must be either a C identifier or a domain and a C identifier separated by a slash"]),
-        ("", ["Required value: name required"]),
+        ("a/b/c", []),  # not checked further by the real server either
+        ("", ['Invalid value: "": a valid C identifier must start with alphabetic']),
     ],
     ids=[
         "qualified",
@@ -134,7 +134,7 @@ def test_a_syntax_error_keeps_cel_gos_wording() -> None:
     ],
 )
 def test_attribute_and_capacity_names(name: str, expected: list[str]) -> None:
-    causes = dra.validate_qualified_name("spec.devices[0].attributes", name)
+    causes = drarules.qualified_name("spec.devices[0].attributes", name)
     assert len(causes) == len(expected)
     for found, want in zip(causes, expected, strict=True):
         assert want in found["message"] and found["field"] == "spec.devices[0].attributes"
@@ -321,13 +321,13 @@ SLICE_CASES: list[tuple[str, JsonObj, list[tuple[str, str, str]]]] = [
         [
             (
                 "FieldValueInvalid",
-                "spec.pool.generation",
-                "Invalid value: -1: must be greater than or equal to zero",
+                "spec.pool.resourceSliceCount",
+                "Invalid value: 0: must be greater than zero",
             ),
             (
                 "FieldValueInvalid",
-                "spec.pool.resourceSliceCount",
-                "Invalid value: 0: must be greater than zero",
+                "spec.pool.generation",
+                "Invalid value: -1: must be greater than or equal to zero",
             ),
         ],
     ),
@@ -353,9 +353,9 @@ SLICE_CASES: list[tuple[str, JsonObj, list[tuple[str, str, str]]]] = [
         {"devices": [{"name": "d", "attributes": {"numa": {}}}]},
         [
             (
-                "FieldValueRequired",
+                "FieldValueInvalid",
                 "spec.devices[0].attributes[numa]",
-                "Required value: exactly one value must be specified",
+                'Invalid value: "": exactly one value must be specified',
             )
         ],
     ),
@@ -399,10 +399,104 @@ SLICE_CASES: list[tuple[str, JsonObj, list[tuple[str, str, str]]]] = [
         {"devices": [{"name": "d", "allNodes": True}]},
         [
             (
+                "FieldValueInvalid",
+                "spec.devices[0]",
+                "Invalid value: null: `nodeName`, `nodeSelector` and `allNodes` can only be set if "
+                "`perDeviceNodeSelection` is set to true in the ResourceSlice spec",
+            )
+        ],
+    ),
+    (
+        "empty-node-name-and-false-all-nodes",
+        {"nodeName": "", "allNodes": False},
+        [
+            (
+                "FieldValueInvalid",
+                "spec.nodeName",
+                'Invalid value: "": must be either unset or set to a non-empty string',
+            ),
+            (
+                "FieldValueInvalid",
+                "spec.allNodes",
+                "Invalid value: false: must be either unset or set to true",
+            ),
+            (
+                "FieldValueRequired",
+                "spec",
+                "Required value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
+                "`perDeviceNodeSelection` is required",
+            ),
+        ],
+    ),
+    (
+        "devices-and-shared-counters",
+        {"sharedCounters": [{"name": "mem", "counters": {"memory": {"value": "1Gi"}}}]},
+        [
+            (
+                "FieldValueInvalid",
+                "spec",
+                'Invalid value: "": only one of `sharedCounters` or `devices` is allowed',
+            )
+        ],
+    ),
+    (
+        "request-policy-without-multiple-allocations",
+        {
+            "devices": [
+                {"name": "d", "capacity": {"memory": {"value": "1Gi", "requestPolicy": {"default": "1Mi"}}}}
+            ]
+        },
+        [
+            (
                 "FieldValueForbidden",
-                "spec.devices[0].allNodes",
-                "Forbidden: must not be set when `perDeviceNodeSelection` is not set to true in the "
-                "ResourceSlice spec",
+                "spec.devices[0].capacity[memory].requestPolicy",
+                "Forbidden: allowMultipleAllocations must be true",
+            )
+        ],
+    ),
+    (
+        "request-policy-default-not-a-valid-value",
+        {
+            "devices": [
+                {
+                    "name": "d",
+                    "allowMultipleAllocations": True,
+                    "capacity": {
+                        "memory": {
+                            "value": "1Gi",
+                            "requestPolicy": {"default": "3Mi", "validValues": ["1Mi", "2Mi"]},
+                        }
+                    },
+                }
+            ]
+        },
+        [
+            (
+                "FieldValueInvalid",
+                "spec.devices[0].capacity[memory].requestPolicy.validValues",
+                'Invalid value: "3Mi": default value is not valid according to the requestPolicy',
+            )
+        ],
+    ),
+    (
+        "taint-with-unknown-effect",
+        {"devices": [{"name": "d", "taints": [{"key": "gpuop.dev/hot", "effect": "Evict"}]}]},
+        [
+            (
+                "FieldValueNotSupported",
+                "spec.devices[0].taints[0].effect",
+                'Unsupported value: "Evict": supported values: "NoExecute", "NoSchedule", "None"',
+            )
+        ],
+    ),
+    (
+        "binding-conditions-without-failure-conditions",
+        {"devices": [{"name": "d", "bindingConditions": ["Ready"]}]},
+        [
+            (
+                "FieldValueInvalid",
+                "spec.devices[0].bindingFailureConditions",
+                "Invalid value: null: bindingFailureConditions are required to use bindingConditions",
             )
         ],
     ),
@@ -455,9 +549,9 @@ def test_slice_updates_keep_identity_fields_and_bump_generation(server: SimApiSe
     status, answer = call(server, "PUT", f"{BASE}/resourceslices/upd", moved)
     assert status == 422
     assert causes_of(answer) == [
-        ("FieldValueInvalid", "spec.nodeName", 'Invalid value: "other-node": field is immutable'),
-        ("FieldValueInvalid", "spec.driver", 'Invalid value: "other.gpuop.dev": field is immutable'),
         ("FieldValueInvalid", "spec.pool.name", 'Invalid value: "other-pool": field is immutable'),
+        ("FieldValueInvalid", "spec.driver", 'Invalid value: "other.gpuop.dev": field is immutable'),
+        ("FieldValueInvalid", "spec.nodeName", 'Invalid value: "other-node": field is immutable'),
     ]
 
 
@@ -584,9 +678,10 @@ CLAIM_CASES: list[tuple[str, JsonObj, list[tuple[str, str, str]]]] = [
         {"constraints": [{"matchAttribute": "numa"}]},
         [
             (
-                "FieldValueRequired",
+                "FieldValueInvalid",
                 "spec.devices.constraints[0].matchAttribute",
-                "Required value: a fully qualified attribute name must include a domain",
+                'Invalid value: "numa": a fully qualified name must be a domain and a name separated '
+                "by a slash",
             )
         ],
     ),
@@ -598,7 +693,7 @@ CLAIM_CASES: list[tuple[str, JsonObj, list[tuple[str, str, str]]]] = [
                 {"name": "gpu", "exactly": {"deviceClassName": "c"}},
             ]
         },
-        [("FieldValueDuplicate", "spec.devices.requests[1].name", 'Duplicate value: "gpu"')],
+        [("FieldValueDuplicate", "spec.devices.requests[1]", 'Duplicate value: "gpu"')],
     ),
     (
         "nine-subrequests",
@@ -615,6 +710,64 @@ CLAIM_CASES: list[tuple[str, JsonObj, list[tuple[str, str, str]]]] = [
                 "FieldValueTooMany",
                 "spec.devices.requests[0].firstAvailable",
                 "Too many: 9: must have at most 8 items",
+            )
+        ],
+    ),
+    (
+        "constraint-without-an-attribute",
+        {"constraints": [{"requests": ["gpu"]}]},
+        [
+            (
+                "FieldValueRequired",
+                "spec.devices.constraints[0]",
+                'Required value: exactly one of "matchAttribute" or "distinctAttribute" is required, but '
+                "multiple fields are set",
+            )
+        ],
+    ),
+    (
+        "config-reference-with-two-slashes-and-no-opaque",
+        {"config": [{"requests": ["gpu/a/b"]}]},
+        [
+            (
+                "FieldValueInvalid",
+                "spec.devices.config[0].requests[0]",
+                'Invalid value: "gpu/a/b": must be the name of a request in the claim or the name of '
+                "a request "
+                "and a subrequest separated by '/'",
+            ),
+            ("FieldValueRequired", "spec.devices.config[0].opaque", "Required value"),
+        ],
+    ),
+    (
+        "opaque-parameters-not-an-object",
+        {"config": [{"opaque": {"driver": "gpu.gpuop.dev", "parameters": [1, 2]}}]},
+        [
+            (
+                "FieldValueInvalid",
+                "spec.devices.config[0].opaque.parameters",
+                'Invalid value: "<value omitted>": must be a valid JSON object',
+            )
+        ],
+    ),
+    (
+        "exists-toleration-with-a-value",
+        {
+            "requests": [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": "c",
+                        "tolerations": [{"key": "gpuop.dev/hot", "operator": "Exists", "value": "yes"}],
+                    },
+                }
+            ]
+        },
+        [
+            (
+                "FieldValueInvalid",
+                "spec.devices.requests[0].exactly.tolerations[0].value",
+                'Invalid value: "yes": must be empty for operator `Exists`',
             )
         ],
     ),
@@ -825,3 +978,49 @@ def test_the_official_client_publishes_slices_and_allocates_claims(server: SimAp
     assert (
         immutable.value.status == 422 and "field is immutable" in json.loads(immutable.value.body)["message"]
     )
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "message"),
+    [
+        (
+            {"extendedResourceName": "memory"},
+            "spec.extendedResourceName",
+            'Invalid value: "memory": must be a valid extended resource name',
+        ),
+        (
+            {"extendedResourceName": "example.kubernetes.io/gpu"},
+            "spec.extendedResourceName",
+            'Invalid value: "example.kubernetes.io/gpu": must be a valid extended resource name',
+        ),
+        ({"config": [{}]}, "spec.config[0].opaque", "Required value"),
+        (
+            {"config": [{"opaque": {"driver": "Bad_Driver", "parameters": {}}}]},
+            "spec.config[0].opaque.driver",
+            'Invalid value: "Bad_Driver": a lowercase RFC 1123 subdomain',
+        ),
+    ],
+    ids=["native-resource-name", "kubernetes-io-domain", "config-without-opaque", "bad-opaque-driver"],
+)
+def test_bad_deviceclass_specs(server: SimApiServer, spec: JsonObj, field: str, message: str) -> None:
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "bad-spec"},
+        "spec": spec,
+    }
+    status, answer = call(server, "POST", f"{BASE}/deviceclasses", body)
+    assert status == 422, answer
+    ((_reason, found_field, found_message),) = causes_of(answer)
+    assert found_field == field and found_message.startswith(message)
+
+
+def test_a_deviceclass_with_an_extended_resource_name_is_stored(server: SimApiServer) -> None:
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "ext-class"},
+        "spec": {"extendedResourceName": "gpuop.dev/gpu", "selectors": [{"cel": {"expression": "true"}}]},
+    }
+    status, created = call(server, "POST", f"{BASE}/deviceclasses", body)
+    assert status == 201 and created["spec"]["extendedResourceName"] == "gpuop.dev/gpu"

@@ -226,7 +226,8 @@ class ApiCore(DeletionMixin):
         if rt.custom is None and rt.group == "resource.k8s.io":
             frozen = dra.validate_update(rt.kind, old, obj, status=subresource == "status")
             if frozen:
-                raise errors.invalid(rt, meta["name"], frozen)
+                meta_causes = validation.validate_metadata(obj, rt.kind)
+                raise errors.invalid(rt, meta["name"], meta_causes + frozen)
         if "deletionTimestamp" in old["metadata"]:
             added = validation.new_finalizers(old, obj)
             if added:

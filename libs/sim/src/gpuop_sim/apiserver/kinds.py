@@ -205,7 +205,7 @@ def default_on_update(kind: str, old: JsonObj, new: JsonObj) -> None:
             "finalizers", (old.get("spec") or {}).get("finalizers", ["kubernetes"])
         )
     elif kind in dra.DEFAULTS and new.get("apiVersion", "").startswith("resource.k8s.io/"):
-        dra.DEFAULTS[kind](new)
+        dra.UPDATE_DEFAULTS[kind](new)
     elif kind == "Pod":
         spec = new.setdefault("spec", {})
         old_spec = old.get("spec") or {}
