@@ -65,6 +65,8 @@ def test_a_malformed_quantity_is_refused_with_the_regex(bad: Any) -> None:
         ('device.capacity["gpu.gpuop.dev"].memory', "kubernetes.Quantity"),
         ('device.driver == "a" ? "yes" : "no"', "string"),
         ('{"k": true}', "map(string, bool)"),
+        ('device.attributes["gpu.gpuop.dev"]', "map(string, google.protobuf.Any)"),
+        ("cel.bind(d, device.driver, d)", "string"),
     ],
 )
 def test_a_selector_that_is_not_bool_names_its_type(expression: str, result_type: str) -> None:
@@ -77,13 +79,14 @@ def test_a_selector_that_is_not_bool_names_its_type(expression: str, result_type
     "expression",
     [
         "device.allowMultipleAllocations",
-        'device.attributes["gpu.gpuop.dev"].numa',  # dyn: accepted, checked at allocation time
+        'device.attributes["gpu.gpuop.dev"].numa',  # the attribute type: accepted, checked when allocating
+        'cel.bind(dra, device.attributes["gpu.gpuop.dev"], dra.type == "gpu" && dra.numa == 0)',
         'device.attributes["gpu.gpuop.dev"].exists(k, k == "type")',
         'device.capacity["gpu.gpuop.dev"].memory.isGreaterThan(quantity("1Gi"))',
         '!(device.driver in ["a", "b"]) || device.driver.startsWith("gpu")',
     ],
 )
-def test_bool_or_dyn_selectors_compile(expression: str) -> None:
+def test_bool_or_attribute_typed_selectors_compile(expression: str) -> None:
     assert dracel.selector_problem(expression) is None
 
 

@@ -5,11 +5,13 @@ variable, `device`, with `driver` string, `attributes` map(string, map(string, d
 map(string, map(string, kubernetes.Quantity)), `allowMultipleAllocations` bool) and rejects:
 - an expression that does not parse (cel-go's syntax error with caret lines; see cel.py);
 - a reference to an undeclared identifier, or to a field `device` does not have;
-- a result type that is neither bool nor dyn ("must evaluate to bool or the unknown type, not T").
+- a result type that is neither bool nor the attribute value type (`google.protobuf.Any`):
+  "must evaluate to bool or the unknown type, not T".
 
 The type inference here is partial: wherever a type is not known for certain (calls of
-extension functions, arithmetic on mixed types), it is `dyn`, which the server also accepts, so
-an expression is only refused when its result type is certain.
+extension functions, arithmetic on mixed types), it is `dyn` and accepted, so an expression is
+only refused when its result type is certain. Library namespaces (`cel.bind`, `sets.*`, ...)
+are understood; the selector cost limit is not estimated.
 """
 
 from __future__ import annotations
@@ -22,14 +24,19 @@ from lark import Token, Tree
 from gpuop_sim.apiserver import cel
 
 DYN = "dyn"
+# An attribute's value type; a result of this type is accepted as "the unknown type".
+ANY = "google.protobuf.Any"
 QUANTITY = "kubernetes.Quantity"
 DEVICE = "kubernetes.DRADevice"
 DEVICE_FIELDS = {
     "driver": "string",
-    "attributes": "map(string, map(string, dyn))",
+    "attributes": f"map(string, map(string, {ANY}))",
     "capacity": f"map(string, map(string, {QUANTITY}))",
     "allowMultipleAllocations": "bool",
 }
+# Namespaces of the Kubernetes CEL libraries, called like methods of an identifier.
+_NAMESPACES = frozenset({"cel", "math", "strings", "sets", "base64", "optional", "lists"})
+ACCEPTED = frozenset({"bool", ANY, DYN})
 _LITERALS = {
     "INT_LIT": "int",
     "UINT_LIT": "uint",
@@ -179,10 +186,30 @@ class _Checker:
             return DEVICE_FIELDS[name]
         return _map_value(target) or DYN
 
+    def _namespace(self, node: Any) -> str | None:
+        """`cel` in `cel.bind(...)`: a library namespace, unless a variable shadows it."""
+        if not cel._is_tree_ident(node):
+            return None
+        name = cel._ident_name(node)
+        shadowed = any(name in scope for scope in self.scopes)
+        return name if name in _NAMESPACES and not shadowed else None
+
     def method(self, children: list[Any]) -> str:
-        target = self.typ(children[0])
         name = str(children[1].value)
         args = cel._args(children[2]) if len(children) > 2 else []
+        namespace = self._namespace(children[0])
+        if namespace == "cel" and name == "bind" and len(args) == 3 and cel._is_tree_ident(args[0]):
+            bound = self.typ(args[1])
+            self.scopes.append({cel._ident_name(args[0]): bound})
+            try:
+                return self.typ(args[2])
+            finally:
+                self.scopes.pop()
+        if namespace is not None:
+            for arg in args:
+                self.typ(arg)
+            return "bool" if namespace == "sets" else DYN
+        target = self.typ(children[0])
         if (
             name in ("all", "exists", "exists_one", "map", "filter")
             and len(args) == 2
@@ -230,6 +257,6 @@ def selector_problem(expression: str) -> str | None:
         result = _Checker().typ(compiled.tree)
     except CelCheckError as exc:
         return _caret(expression, exc.line, exc.column, exc.message)
-    if result not in ("bool", DYN):
+    if result not in ACCEPTED:
         return f"must evaluate to bool or the unknown type, not {result}"
     return None
