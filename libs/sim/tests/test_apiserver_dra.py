@@ -1027,3 +1027,43 @@ def test_a_deviceclass_with_an_extended_resource_name_is_stored(server: SimApiSe
     }
     status, created = call(server, "POST", f"{BASE}/deviceclasses", body)
     assert status == 201 and created["spec"]["extendedResourceName"] == "gpuop.dev/gpu"
+
+
+def test_reserved_for_merges_by_uid_in_strategic_merge_and_apply(server: SimApiServer) -> None:
+    """Two schedulers reserving one claim: each adds its consumer, neither drops the other's."""
+    path = f"{BASE}/namespaces/default/resourceclaims/shared-claim/status"
+    assert (
+        call(server, "POST", f"{BASE}/namespaces/default/resourceclaims", a_claim("shared-claim"))[0] == 201
+    )
+    result = {"request": "gpu", "driver": "gpu.gpuop.dev", "pool": "p", "device": "gpu-0"}
+    first = {
+        "status": {
+            "allocation": {"devices": {"results": [result]}},
+            "reservedFor": [{"resource": "pods", "name": "a", "uid": "uid-a"}],
+        }
+    }
+
+    def patch(body: JsonObj, content_type: str, query: str = "") -> JsonObj:
+        url = f"{server.url}{path}" + (f"?{query}" if query else "")
+        req = urllib.request.Request(
+            url, data=json.dumps(body).encode(), method="PATCH", headers={"Content-Type": content_type}
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            answer: JsonObj = json.loads(resp.read())
+            return answer
+
+    patch(first, "application/merge-patch+json")
+    second = {"status": {"reservedFor": [{"resource": "pods", "name": "b", "uid": "uid-b"}]}}
+    merged = patch(second, "application/strategic-merge-patch+json")
+    assert [c["uid"] for c in merged["status"]["reservedFor"]] == ["uid-a", "uid-b"]
+    applied = patch(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared-claim"},
+            "status": {"reservedFor": [{"resource": "pods", "name": "c", "uid": "uid-c"}]},
+        },
+        "application/apply-patch+yaml",
+        "fieldManager=other-scheduler&force=true",
+    )
+    assert [c["uid"] for c in applied["status"]["reservedFor"]] == ["uid-a", "uid-b", "uid-c"]
