@@ -346,7 +346,8 @@ SLICE_CASES: list[tuple[str, JsonObj, list[tuple[str, str, str]]]] = [
             (
                 "FieldValueInvalid",
                 "spec.devices[0].attributes[numa]",
-                'Invalid value: {"IntValue":1,"BoolValue":null,"StringValue":"1","VersionValue":null}: '
+                'Invalid value: {"IntValue":1,"BoolValue":null,"StringValue":"1","VersionValue":null,'
+                '"IntValues":null,"BoolValues":null,"StringValues":null,"VersionValues":null}: '
                 "exactly one value must be specified",
             )
         ],

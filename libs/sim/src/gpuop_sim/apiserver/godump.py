@@ -108,6 +108,11 @@ STRUCTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("bool", "BoolValue", "*scalar"),
         ("string", "StringValue", "*scalar"),
         ("version", "VersionValue", "*scalar"),
+        # 1.36 adds the list-typed values (behind DRAListTypeAttributes, off by default).
+        ("ints", "IntValues", "[]scalar"),
+        ("bools", "BoolValues", "[]scalar"),
+        ("strings", "StringValues", "[]scalar"),
+        ("versions", "VersionValues", "[]scalar"),
     ),
 }
 
