@@ -1068,3 +1068,30 @@ def test_reserved_for_merges_by_uid_in_strategic_merge_and_apply(server: SimApiS
         "fieldManager=other-scheduler&force=true",
     )
     assert [c["uid"] for c in applied["status"]["reservedFor"]] == ["uid-a", "uid-b", "uid-c"]
+
+
+def test_kubelet_style_cleanup_deletes_one_nodes_slices_by_field_selector(server: SimApiServer) -> None:
+    """The kubelet removes a node's slices with DELETE collection + spec.nodeName; `spec.nodeName=`
+    selects the slices that have no node (allNodes / nodeSelector pools)."""
+    for name, spec in (
+        ("gone-1", {"nodeName": "cleanup-node", "driver": "cleanup.gpuop.dev"}),
+        ("gone-2", {"nodeName": "cleanup-node", "driver": "cleanup.gpuop.dev"}),
+        ("stays", {"nodeName": "other-cleanup-node", "driver": "cleanup.gpuop.dev"}),
+        ("cluster", {"nodeName": None, "allNodes": True, "driver": "cleanup.gpuop.dev"}),
+    ):
+        assert call(server, "POST", f"{BASE}/resourceslices", a_slice(name, **spec))[0] == 201
+    status, deleted = call(
+        server, "DELETE", f"{BASE}/resourceslices", query="fieldSelector=spec.nodeName%3Dcleanup-node"
+    )
+    assert status == 200 and sorted(i["metadata"]["name"] for i in deleted["items"]) == ["gone-1", "gone-2"]
+    status, left = call(
+        server, "GET", f"{BASE}/resourceslices", query="fieldSelector=spec.driver%3Dcleanup.gpuop.dev"
+    )
+    assert sorted(i["metadata"]["name"] for i in left["items"]) == ["cluster", "stays"]
+    status, unbound = call(
+        server,
+        "GET",
+        f"{BASE}/resourceslices",
+        query="fieldSelector=spec.driver%3Dcleanup.gpuop.dev,spec.nodeName%3D",
+    )
+    assert [i["metadata"]["name"] for i in unbound["items"]] == ["cluster"]
