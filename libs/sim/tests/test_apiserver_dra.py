@@ -1095,3 +1095,5 @@ def test_kubelet_style_cleanup_deletes_one_nodes_slices_by_field_selector(server
         query="fieldSelector=spec.driver%3Dcleanup.gpuop.dev,spec.nodeName%3D",
     )
     assert [i["metadata"]["name"] for i in unbound["items"]] == ["cluster"]
+    # A null sent for an optional field is not stored (Go decodes it as unset).
+    assert "nodeName" not in unbound["items"][0]["spec"]

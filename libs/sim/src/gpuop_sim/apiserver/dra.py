@@ -13,6 +13,7 @@ module holds DeviceClass, whose rules are few:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from gpuop_sim.apiserver import draclaim, draslice, pods, validation
 from gpuop_sim.apiserver.drarules import (
@@ -44,19 +45,35 @@ def _is_extended_resource_name(name: str) -> bool:
     return pods.is_extended_resource(name) and not validation.validate_label_key("requests." + name)
 
 
-def _create_slice(obj: JsonObj) -> None:
-    draslice.default_slice(obj, create=True)
+def drop_nulls(value: Any) -> Any:
+    """Go decodes a JSON null into an unset (omitempty) field, so it never comes back."""
+    if isinstance(value, dict):
+        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [drop_nulls(v) for v in value]
+    return value
+
+
+def _defaulter(kind_defaults: Callable[[JsonObj], None] | None) -> Callable[[JsonObj], None]:
+    def run(obj: JsonObj) -> None:
+        for key in ("spec", "status"):
+            if isinstance(obj.get(key), dict):
+                obj[key] = drop_nulls(obj[key])
+        if kind_defaults is not None:
+            kind_defaults(obj)
+
+    return run
 
 
 DEFAULTS: dict[str, Callable[[JsonObj], None]] = {
-    "ResourceSlice": _create_slice,
-    "ResourceClaim": draclaim.default_claim,
-    "ResourceClaimTemplate": draclaim.default_claim_template,
+    "DeviceClass": _defaulter(None),
+    "ResourceSlice": _defaulter(lambda obj: draslice.default_slice(obj, create=True)),
+    "ResourceClaim": _defaulter(draclaim.default_claim),
+    "ResourceClaimTemplate": _defaulter(draclaim.default_claim_template),
 }
 UPDATE_DEFAULTS: dict[str, Callable[[JsonObj], None]] = {
-    "ResourceSlice": lambda obj: draslice.default_slice(obj, create=False),
-    "ResourceClaim": draclaim.default_claim,
-    "ResourceClaimTemplate": draclaim.default_claim_template,
+    **DEFAULTS,
+    "ResourceSlice": _defaulter(lambda obj: draslice.default_slice(obj, create=False)),
 }
 _VALIDATE: dict[str, Callable[[JsonObj], Causes]] = {
     "DeviceClass": validate_device_class,
