@@ -504,6 +504,22 @@ SLICE_CASES: list[tuple[str, JsonObj, list[tuple[str, str, str]]]] = [
             )
         ],
     ),
+    (
+        "node-selector-in-without-values",
+        {
+            "nodeName": None,
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In"}]}]
+            },
+        },
+        [
+            (
+                "FieldValueRequired",
+                "spec.nodeSelector.nodeSelectorTerms[0].matchExpressions[0].values",
+                "Required value: must be specified when `operator` is 'In' or 'NotIn'",
+            )
+        ],
+    ),
 ]
 
 
@@ -860,6 +876,24 @@ def test_claim_spec_is_immutable_and_allocation_is_set_once(server: SimApiServer
     status, answer = call(server, "PUT", path + "/status", wrong)
     assert status == 422
     assert [c[1] for c in causes_of(answer)] == ["status.allocation.devices.results[0].request"]
+
+    bad_selector = copy.deepcopy(created)
+    fields = [{"key": "metadata.labels", "operator": "In", "values": ["n"]}]
+    bad_selector["status"] = {
+        "allocation": {
+            "devices": {"results": [dict(result, request="gpu")]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": fields}]},
+        }
+    }
+    status, answer = call(server, "PUT", path + "/status", bad_selector)
+    assert status == 422
+    assert causes_of(answer) == [
+        (
+            "FieldValueInvalid",
+            "status.allocation.nodeSelector.nodeSelectorTerms[0].matchFields[0].key",
+            'Invalid value: "metadata.labels": not a valid field selector key',
+        )
+    ]
 
     allocated = copy.deepcopy(created)
     allocated["status"] = {

@@ -39,6 +39,7 @@ from gpuop_sim.apiserver.drarules import (
     invalid_shown,
     label_name,
     label_value,
+    node_selector,
     not_supported,
     pool_name,
     qualified_name,
@@ -336,14 +337,8 @@ def _allocation(allocation: JsonObj, names: RequestNames) -> Causes:
         2 * MAX_CONFIGS,
         lambda p, c: _allocation_config(p, c, names),
     )
-    selector = allocation.get("nodeSelector")
-    if selector is not None and not as_list(as_dict(selector).get("nodeSelectorTerms")):
-        causes.append(
-            required(
-                "status.allocation.nodeSelector.nodeSelectorTerms",
-                "must have at least one node selector term",
-            )
-        )
+    if allocation.get("nodeSelector") is not None:
+        causes += node_selector("status.allocation.nodeSelector", allocation["nodeSelector"])
     return causes
 
 

@@ -277,3 +277,67 @@ def request_refs(field: str, refs: Any, names: RequestNames, limit: int) -> Caus
     return check_set(
         field, as_list(refs), limit, lambda path, ref: request_ref(path, ref, names), lambda ref: ref
     )
+
+
+# ---------------------------------------------------------------- core NodeSelector
+def node_selector(field: str, selector: Any) -> Causes:
+    """A core/v1 NodeSelector as the core validation checks it: at least one term; expressions
+    with a label-name key and values fitting the operator; fields only `metadata.name` with
+    In/NotIn and one node name."""
+    terms = as_list(as_dict(selector).get("nodeSelectorTerms"))
+    if not terms:
+        return [required(f"{field}.nodeSelectorTerms", "must have at least one node selector term")]
+    causes: Causes = []
+    for i, term in enumerate(terms):
+        path = f"{field}.nodeSelectorTerms[{i}]"
+        for j, requirement in enumerate(as_list(as_dict(term).get("matchExpressions"))):
+            causes += _expression(f"{path}.matchExpressions[{j}]", as_dict(requirement))
+        for j, requirement in enumerate(as_list(as_dict(term).get("matchFields"))):
+            causes += _field_requirement(f"{path}.matchFields[{j}]", as_dict(requirement))
+    return causes
+
+
+def _expression(field: str, requirement: JsonObj) -> Causes:
+    operator, values = requirement.get("operator") or "", as_list(requirement.get("values"))
+    causes: Causes = []
+    if operator in ("In", "NotIn"):
+        if not values:
+            causes.append(required(f"{field}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
+    elif operator in ("Exists", "DoesNotExist"):
+        if values:
+            causes.append(
+                forbidden(
+                    f"{field}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+                )
+            )
+    elif operator in ("Gt", "Lt"):
+        if len(values) != 1:
+            causes.append(
+                required(f"{field}.values", "must be specified single value when `operator` is 'Lt' or 'Gt'")
+            )
+    else:
+        causes.append(invalid(f"{field}.operator", operator, "not a valid selector operator"))
+    return causes + label_name(f"{field}.key", str(requirement.get("key") or ""))
+
+
+def _field_requirement(field: str, requirement: JsonObj) -> Causes:
+    operator, values = requirement.get("operator") or "", as_list(requirement.get("values"))
+    causes: Causes = []
+    if operator in ("In", "NotIn"):
+        if len(values) != 1:
+            causes.append(
+                required(
+                    f"{field}.values",
+                    "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
+                )
+            )
+    else:
+        causes.append(invalid(f"{field}.operator", operator, "not a valid selector operator"))
+    key = requirement.get("key") or ""
+    if key != "metadata.name":
+        causes.append(invalid(f"{field}.key", key, "not a valid field selector key"))
+    else:
+        for i, value in enumerate(values):
+            for problem in validation.validate_name(str(value), "Node", f"{field}.values[{i}]"):
+                causes.append(problem)
+    return causes

@@ -35,6 +35,7 @@ from gpuop_sim.apiserver.drarules import (
     key_path,
     label_name,
     label_value,
+    node_selector,
     not_supported,
     pool_name,
     qualified_name,
@@ -130,11 +131,16 @@ def _canonical_counters(holder: JsonObj) -> None:
 
 # ---------------------------------------------------------------- validation
 def _node_selector(field: str, selector: Any) -> Causes:
-    terms = as_list(as_dict(selector).get("nodeSelectorTerms"))
-    if len(terms) == 1:
-        return []
-    shown = godump.go_dump(as_dict(selector), "NodeSelector")[len('{"NodeSelectorTerms":') : -1]
-    return [invalid_shown(f"{field}.nodeSelectorTerms", shown, "must have exactly one node selector term")]
+    """The core NodeSelector rules, then the DRA one: exactly one term (merging selectors of
+    devices from several slices stays simple)."""
+    causes = node_selector(field, selector)
+    terms = as_dict(selector).get("nodeSelectorTerms")
+    if len(as_list(terms)) != 1:
+        shown = godump.go_dump(as_dict(selector), "NodeSelector")[len('{"NodeSelectorTerms":') : -1]
+        causes.append(
+            invalid_shown(f"{field}.nodeSelectorTerms", shown, "must have exactly one node selector term")
+        )
+    return causes
 
 
 def _immutable(field: str, new: Any, old: Any) -> Causes:
@@ -421,6 +427,7 @@ def _device_node_selection(field: str, device: JsonObj, per_device: bool) -> Cau
             causes.append(invalid(f"{field}.nodeName", node_name, "must not be empty"))
     if device.get("nodeSelector") is not None:
         chosen.append("`nodeSelector`")
+        causes += node_selector(f"{field}.nodeSelector", device["nodeSelector"])
     if device.get("allNodes") is True:
         chosen.append("`allNodes`")
     elif device.get("allNodes") is not None:
