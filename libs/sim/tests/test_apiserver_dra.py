@@ -104,6 +104,38 @@ def test_an_undeclared_identifier_and_an_unknown_device_field_are_compile_errors
     )
 
 
+@pytest.mark.parametrize(
+    ("expression", "operator", "args", "column"),
+    [
+        ("device.driver == 1", "_==_", "string, int", 15),
+        ('device.driver == "x" && 1', "_&&_", "bool, int", 22),
+        ("!device.driver", "!_", "string", 1),
+        ('"a" < 1', "_<_", "string, int", 5),
+        (
+            'device.capacity["d"].memory < quantity("1Gi")',
+            "_<_",
+            "kubernetes.Quantity, kubernetes.Quantity",
+            29,
+        ),
+        ("size(device.driver) + 1.5 > 0", "_+_", "int, double", 21),
+    ],
+)
+def test_an_operator_without_an_overload_is_a_compile_error(
+    expression: str, operator: str, args: str, column: int
+) -> None:
+    problem = dracel.selector_problem(expression) or ""
+    assert problem.splitlines()[0] == (
+        f"compilation failed: ERROR: <input>:1:{column}: found no matching overload for '{operator}' "
+        f"applied to '({args})'"
+    )
+    assert problem.splitlines()[2] == " | " + "." * (column - 1) + "^"
+
+
+def test_numbers_compare_across_types_and_attributes_compare_with_anything() -> None:
+    for expression in ("1 < 2.5", "size(device.driver) >= 1u", 'device.attributes["d"].numa == 1'):
+        assert dracel.selector_problem(expression) is None, expression
+
+
 def test_a_syntax_error_keeps_cel_gos_wording() -> None:
     problem = dracel.selector_problem('device.driver == "x" &&') or ""
     assert problem.startswith(

@@ -5,6 +5,9 @@ variable, `device`, with `driver` string, `attributes` map(string, map(string, d
 map(string, map(string, kubernetes.Quantity)), `allowMultipleAllocations` bool) and rejects:
 - an expression that does not parse (cel-go's syntax error with caret lines; see cel.py);
 - a reference to an undeclared identifier, or to a field `device` does not have;
+- an operator applied to types it has no overload for (`device.driver == 1`: "found no matching
+  overload for '_==_' applied to '(string, int)'", at the operator; ordering compares numbers
+  across int, uint and double, as the Kubernetes environment allows);
 - a result type that is neither bool nor the attribute value type (`google.protobuf.Any`):
   "must evaluate to bool or the unknown type, not T".
 
@@ -107,9 +110,73 @@ def _list_elem(typ: str) -> str | None:
     return typ[5:-1] if typ.startswith("list(") and typ.endswith(")") else None
 
 
+# Operators by grammar rule, as cel-go names their overloads.
+_OPERATORS = {
+    "relation_eq": "_==_",
+    "relation_ne": "_!=_",
+    "relation_lt": "_<_",
+    "relation_le": "_<=_",
+    "relation_gt": "_>_",
+    "relation_ge": "_>=_",
+    "addition_add": "_+_",
+    "addition_sub": "_-_",
+    "multiplication_mul": "_*_",
+    "multiplication_div": "_/_",
+    "multiplication_mod": "_%_",
+    "conditionaland": "_&&_",
+    "conditionalor": "_||_",
+    "unary_not": "!_",
+    "unary_neg": "-_",
+}
+# Types whose operator overloads are certain; anything else (dyn, any, lists, maps, null) is let through.
+_CONCRETE = frozenset({"bool", "int", "uint", "double", "string", "bytes", QUANTITY, DEVICE})
+_NUMERIC = frozenset({"int", "uint", "double"})
+_ORDERED = frozenset({"bool", "int", "uint", "double", "string", "bytes"})
+
+
+def overload_exists(operator: str, args: tuple[str, ...]) -> bool:
+    """Whether the Kubernetes CEL environment has an overload of `operator` for these argument
+    types (only asked when every type is concrete). Ordering compares numbers across types."""
+    if operator in ("_&&_", "_||_", "!_"):
+        return all(a == "bool" for a in args)
+    if operator == "-_":
+        return args[0] in ("int", "double")
+    left, right = args
+    if operator in ("_==_", "_!=_"):
+        return left == right
+    if operator in ("_<_", "_<=_", "_>_", "_>=_"):
+        return (left == right and left in _ORDERED) or (left in _NUMERIC and right in _NUMERIC)
+    if operator == "_+_":
+        return left == right and left in {"int", "uint", "double", "string", "bytes"}
+    if operator == "_%_":
+        return left == right and left in {"int", "uint"}
+    return left == right and left in _NUMERIC
+
+
 class _Checker:
-    def __init__(self) -> None:
+    def __init__(self, source: str = "") -> None:
         self.scopes: list[dict[str, str]] = [{"device": DEVICE}]
+        self.source = source
+
+    def _position(self, offset: int) -> tuple[int, int]:
+        before = self.source[:offset]
+        return before.count("\n") + 1, offset - (before.rfind("\n") + 1)
+
+    def _operator_at(self, after: Any) -> int:
+        """The offset of the operator that follows the subtree `after`."""
+        offset = getattr(getattr(after, "meta", None), "end_pos", 0) or 0
+        while offset < len(self.source) and self.source[offset].isspace():
+            offset += 1
+        return offset
+
+    def check_overload(self, operator: str, args: tuple[str, ...], offset: int) -> None:
+        if not all(a in _CONCRETE for a in args) or overload_exists(operator, args):
+            return
+        line, column = self._position(offset)
+        shown = ", ".join(args)
+        raise CelCheckError(
+            f"found no matching overload for '{operator}' applied to '({shown})'", line, column
+        )
 
     def lookup(self, token: Token) -> str:
         name = str(token.value)
@@ -136,19 +203,26 @@ class _Checker:
             self.typ(children[0])
             then, other = self.typ(children[1]), self.typ(children[2])
             return then if then == other else DYN
-        if data in ("conditionalor", "conditionaland"):
-            for child in children:
-                self.typ(child)
+        if data in ("conditionalor", "conditionaland") and len(children) == 2:
+            left, right = self.typ(children[0]), self.typ(children[1])
+            self.check_overload(_OPERATORS[data], (left, right), self._operator_at(children[0]))
             return "bool"
         if data == "relation" and len(children) == 2:
-            self.typ(children[0].children[0])
-            self.typ(children[1])
+            operand = children[0].children[0]
+            left, right = self.typ(operand), self.typ(children[1])
+            if children[0].data in _OPERATORS:
+                self.check_overload(_OPERATORS[children[0].data], (left, right), self._operator_at(operand))
             return "bool"
         if data in ("addition", "multiplication") and len(children) == 2:
-            left, right = self.typ(children[0].children[0]), self.typ(children[1])
+            operand = children[0].children[0]
+            left, right = self.typ(operand), self.typ(children[1])
+            if children[0].data in _OPERATORS:
+                self.check_overload(_OPERATORS[children[0].data], (left, right), self._operator_at(operand))
             return left if left == right and left != "null_type" else DYN
         if data == "unary" and len(children) == 2:
             operand = self.typ(children[1])
+            start = getattr(node.meta, "start_pos", 0) or 0
+            self.check_overload(_OPERATORS.get(children[0].data, "!_"), (operand,), start)
             return "bool" if children[0].data == "unary_not" else operand
         if data == "member_dot":
             return self.select(children[0], children[1])
@@ -254,7 +328,7 @@ def selector_problem(expression: str) -> str | None:
         return compiled.error
     assert compiled.tree is not None
     try:
-        result = _Checker().typ(compiled.tree)
+        result = _Checker(expression).typ(compiled.tree)
     except CelCheckError as exc:
         return _caret(expression, exc.line, exc.column, exc.message)
     if result not in ACCEPTED:
