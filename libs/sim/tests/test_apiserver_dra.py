@@ -1163,3 +1163,36 @@ def test_kubelet_style_cleanup_deletes_one_nodes_slices_by_field_selector(server
     assert [i["metadata"]["name"] for i in unbound["items"]] == ["cluster"]
     # A null sent for an optional field is not stored (Go decodes it as unset).
     assert "nodeName" not in unbound["items"][0]["spec"]
+
+
+def test_admin_access_needs_the_admin_namespace_label(server: SimApiServer) -> None:
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "dra-admins", "labels": {"resource.kubernetes.io/admin-access": "true"}},
+    }
+    assert call(server, "POST", "/api/v1/namespaces", namespace)[0] == 201
+    admin = a_claim(
+        "admin-claim",
+        requests=[{"name": "gpu", "exactly": {"deviceClassName": "gpu.gpuop.dev", "adminAccess": True}}],
+    )
+    status, answer = call(server, "POST", f"{BASE}/namespaces/default/resourceclaims", admin)
+    assert status == 422
+    assert causes_of(answer) == [
+        (
+            "FieldValueForbidden",
+            "spec.devices.requests[0].adminAccess",
+            "Forbidden: admin access to devices requires the `resource.kubernetes.io/admin-access: true` "
+            "label on the containing namespace",
+        )
+    ]
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "admin-template"},
+        "spec": {"spec": admin["spec"]},
+    }
+    status, answer = call(server, "POST", f"{BASE}/namespaces/default/resourceclaimtemplates", template)
+    assert status == 422 and [c[1] for c in causes_of(answer)] == ["spec.devices.requests[0].adminAccess"]
+    assert call(server, "POST", f"{BASE}/namespaces/dra-admins/resourceclaims", admin)[0] == 201
+    assert call(server, "POST", f"{BASE}/namespaces/dra-admins/resourceclaimtemplates", template)[0] == 201

@@ -155,9 +155,12 @@ def check_kind(rt: ResourceType, obj: Any) -> JsonObj:
     return obj
 
 
-def validate_object(rt: ResourceType, obj: JsonObj, *, update: bool) -> None:
+def validate_object(
+    rt: ResourceType, obj: JsonObj, *, update: bool, first: list[JsonObj] | None = None
+) -> None:
+    """`first`: causes found by admission-time checks, reported ahead of the object's own."""
     meta = obj["metadata"]
-    causes = validation.validate_metadata(obj, rt.kind)
+    causes = list(first or []) + validation.validate_metadata(obj, rt.kind)
     if rt.custom is not None:
         causes += crd.validate_cr(obj, rt.custom.schema)
     causes += kind_validation(rt, obj)

@@ -83,7 +83,12 @@ class ApiCore(DeletionMixin):
             meta.setdefault("annotations", {})["deprecated.daemonset.template.generation"] = "1"
         if rt.kind == "CustomResourceDefinition":
             crd.default_crd(obj)
-        checks.validate_object(rt, obj, update=False)
+        first: list[JsonObj] = []
+        if rt.custom is None and rt.group == "resource.k8s.io" and rt.namespaced:
+            stored_ns = self.store.get(self._namespaces().key, "", ns)
+            labels = ((stored_ns.obj.get("metadata") or {}).get("labels") or {}) if stored_ns else {}
+            first = dra.admission_causes(rt.kind, obj, labels)
+        checks.validate_object(rt, obj, update=False, first=first)
         if self.store.get(rt.key, ns if rt.namespaced else "", meta["name"]) is not None:
             raise errors.already_exists(rt, meta["name"])
         meta.pop("managedFields", None)

@@ -89,6 +89,15 @@ def validate(kind: str, obj: JsonObj) -> Causes:
     return check(obj) if check is not None else []
 
 
+def admission_causes(kind: str, obj: JsonObj, namespace_labels: dict[str, str]) -> Causes:
+    """Checks that need other objects (the namespace); they come before the object's own causes."""
+    if kind == "ResourceClaim":
+        return draclaim.admin_access_causes(obj.get("spec"), namespace_labels)
+    if kind == "ResourceClaimTemplate":
+        return draclaim.admin_access_causes(as_dict(obj.get("spec")).get("spec"), namespace_labels)
+    return []
+
+
 def validate_update(kind: str, old: JsonObj, new: JsonObj, *, status: bool) -> Causes:
     """The rules that compare a write with the stored object (PUT or PATCH, main or /status).
 

@@ -257,6 +257,27 @@ def validate_claim_template(obj: JsonObj) -> Causes:
     return causes + validate_claim_spec("spec.spec", spec.get("spec"))
 
 
+ADMIN_NAMESPACE_LABEL = "resource.kubernetes.io/admin-access"
+
+
+def admin_access_causes(spec: Any, namespace_labels: dict[str, str]) -> Causes:
+    """A request for admin access (`exactly.adminAccess: true`) needs a namespace labelled
+    `resource.kubernetes.io/admin-access: "true"`. The real server names the first such request
+    as `spec.devices.requests[i].adminAccess` (without `exactly`), for claims and templates."""
+    for i, request in enumerate(as_list(as_dict(as_dict(spec).get("devices")).get("requests"))):
+        if as_dict(as_dict(request).get("exactly")).get("adminAccess") is True:
+            if namespace_labels.get(ADMIN_NAMESPACE_LABEL) == "true":
+                return []
+            return [
+                forbidden(
+                    f"spec.devices.requests[{i}].adminAccess",
+                    f"admin access to devices requires the `{ADMIN_NAMESPACE_LABEL}: true` label on the "
+                    "containing namespace",
+                )
+            ]
+    return []
+
+
 # ---------------------------------------------------------------- status
 def semantic(value: Any) -> Any:
     """What Go's semantic equality compares: a null or empty list is the same as an absent field."""
