@@ -197,18 +197,13 @@ def test_stage_of_a_fresh_node_is_a_dash() -> None:
     assert stage_of({"metadata": {"name": "n"}}) == "-"
 
 
-def gpu_node(
-    name: str, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None
-) -> Any:
+def gpu_node(name: str, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> Any:
     return {"metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}}}
 
 
 def runner_pod(node: str, *, ready: bool) -> dict[str, Any]:
     return {
-        "metadata": {
-            "name": f"gpuop-test-runner-{node}",
-            "labels": {"app.kubernetes.io/name": "test-runner"},
-        },
+        "metadata": {"name": f"gpuop-test-runner-{node}", "labels": {"app.kubernetes.io/name": "test-runner"}},
         "spec": {"nodeName": node},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]},
     }
