@@ -27,27 +27,7 @@ FILES = tuple(sorted(path.stem for path in GOLDEN.glob("*.jsonl")))
 
 # Cases the simulator does not answer like the real server yet, each with the issue that owns it.
 # They are still replayed: each must still FAIL (strict), so one that starts passing is removed here.
-NOT_YET = {
-    **{
-        f"resource:{case}": "resource.k8s.io/v1 (DRA) validation and field selectors: the DRA driver issue"
-        for case in (
-            "deviceclass-cel-syntax-error",
-            "deviceclass-cel-not-bool",
-            "resourceslice-valid",
-            "resourceslice-bad-attribute-name",
-            "resourceslice-too-many-devices",
-            "resourceslice-duplicate-device",
-            "resourceslice-nodename-and-allnodes",
-            "resourceslice-missing-pool",
-            "resourceclaim-exactly-count-constraint",
-            "resourceclaimtemplate-create",
-            "resourceclaim-status-allocation",
-            "resourceslice-list-fieldselector-nodename",
-            "resourceslice-list-fieldselector-driver",
-            "resourceslice-list-fieldselector-unsupported",
-        )
-    },
-}
+NOT_YET: dict[str, str] = {}
 
 # Cases whose recorded answer carries an artefact of the recording environment. Each is still
 # replayed: the listed adjustment is applied to the recorded side first, so everything else is

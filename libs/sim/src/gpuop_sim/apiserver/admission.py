@@ -34,7 +34,6 @@ GENERATION_KINDS = frozenset(
         "Ingress",
         "HorizontalPodAutoscaler",
         "ReplicationController",
-        "ResourceClaim",
         "DeviceClass",
         "ResourceSlice",
     }

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from gpuop_sim.apiserver import admission, crd, errors, kinds, openapi, pods, validation
+from gpuop_sim.apiserver import admission, crd, dra, errors, kinds, openapi, pods, quantity, validation
 from gpuop_sim.apiserver.base import WriteOptions
 from gpuop_sim.apiserver.errors import ApiError, cause
 from gpuop_sim.apiserver.resources import ResourceType
@@ -103,6 +103,8 @@ def decode_guard(method: F) -> F:
             rt = next((a for a in args if isinstance(a, ResourceType)), None)
             if rt is None:
                 raise
+            if isinstance(exc, quantity.QuantityError):
+                raise cannot_handle(rt, str(exc)) from exc
             raise cannot_handle(rt, f"a field has the wrong type ({type(exc).__name__}: {exc})") from exc
 
     return cast(F, wrapper)
@@ -153,9 +155,12 @@ def check_kind(rt: ResourceType, obj: Any) -> JsonObj:
     return obj
 
 
-def validate_object(rt: ResourceType, obj: JsonObj, *, update: bool) -> None:
+def validate_object(
+    rt: ResourceType, obj: JsonObj, *, update: bool, first: list[JsonObj] | None = None
+) -> None:
+    """`first`: causes found by admission-time checks, reported ahead of the object's own."""
     meta = obj["metadata"]
-    causes = validation.validate_metadata(obj, rt.kind)
+    causes = list(first or []) + validation.validate_metadata(obj, rt.kind)
     if rt.custom is not None:
         causes += crd.validate_cr(obj, rt.custom.schema)
     causes += kind_validation(rt, obj)
@@ -182,4 +187,6 @@ def kind_validation(rt: ResourceType, obj: JsonObj) -> list[JsonObj]:
         )
     if rt.kind == "CustomResourceDefinition":
         return crd.validate_crd(obj)
+    if rt.group == "resource.k8s.io":
+        return dra.validate(rt.kind, obj)
     return []

@@ -11,7 +11,18 @@ import json
 import uuid
 from typing import Any
 
-from gpuop_sim.apiserver import admission, checks, crd, errors, kinds, managed, patches, pods, validation
+from gpuop_sim.apiserver import (
+    admission,
+    checks,
+    crd,
+    dra,
+    errors,
+    kinds,
+    managed,
+    patches,
+    pods,
+    validation,
+)
 from gpuop_sim.apiserver.base import Result, WriteOptions, _spec_part, now_rfc3339
 from gpuop_sim.apiserver.deletion import DeletionMixin
 from gpuop_sim.apiserver.errors import ApiError, cause
@@ -72,7 +83,12 @@ class ApiCore(DeletionMixin):
             meta.setdefault("annotations", {})["deprecated.daemonset.template.generation"] = "1"
         if rt.kind == "CustomResourceDefinition":
             crd.default_crd(obj)
-        checks.validate_object(rt, obj, update=False)
+        first: list[JsonObj] = []
+        if rt.custom is None and rt.group == "resource.k8s.io" and rt.namespaced:
+            stored_ns = self.store.get(self._namespaces().key, "", ns)
+            labels = ((stored_ns.obj.get("metadata") or {}).get("labels") or {}) if stored_ns else {}
+            first = dra.admission_causes(rt.kind, obj, labels)
+        checks.validate_object(rt, obj, update=False, first=first)
         if self.store.get(rt.key, ns if rt.namespaced else "", meta["name"]) is not None:
             raise errors.already_exists(rt, meta["name"])
         meta.pop("managedFields", None)
@@ -212,6 +228,11 @@ class ApiCore(DeletionMixin):
                 frozen += pods.validate_pod_update(old, obj)
             if frozen:
                 raise errors.invalid(rt, meta["name"], frozen)
+        if rt.custom is None and rt.group == "resource.k8s.io":
+            frozen = dra.validate_update(rt.kind, old, obj, status=subresource == "status")
+            if frozen:
+                meta_causes = validation.validate_metadata(obj, rt.kind)
+                raise errors.invalid(rt, meta["name"], meta_causes + frozen)
         if "deletionTimestamp" in old["metadata"]:
             added = validation.new_finalizers(old, obj)
             if added:

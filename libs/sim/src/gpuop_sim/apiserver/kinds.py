@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuop_sim.apiserver import admission, pods
+from gpuop_sim.apiserver import admission, dra, pods
 
 JsonObj = dict[str, Any]
 
@@ -134,6 +134,11 @@ def _pc(obj: JsonObj, _ctx: CreateContext) -> None:
     admission.default_priority_class(obj)
 
 
+def _dra(obj: JsonObj, ctx: CreateContext) -> None:
+    if ctx.group == "resource.k8s.io":
+        dra.DEFAULTS[obj["kind"]](obj)
+
+
 class CreateContext:
     """What create-time defaulting may need from the server (group, IP allocation)."""
 
@@ -155,6 +160,7 @@ CREATE_DEFAULTS: dict[str, Callable[[JsonObj, CreateContext], None]] = {
     "Event": _event,
     "PodDisruptionBudget": _pdb,
     "PriorityClass": _pc,
+    **{kind: _dra for kind in dra.DEFAULTS},
 }
 
 # Kinds whose status can be written on create (the kubelet registers Nodes with status).
@@ -198,6 +204,8 @@ def default_on_update(kind: str, old: JsonObj, new: JsonObj) -> None:
         new.setdefault("spec", {}).setdefault(
             "finalizers", (old.get("spec") or {}).get("finalizers", ["kubernetes"])
         )
+    elif kind in dra.DEFAULTS and new.get("apiVersion", "").startswith("resource.k8s.io/"):
+        dra.UPDATE_DEFAULTS[kind](new)
     elif kind == "Pod":
         spec = new.setdefault("spec", {})
         old_spec = old.get("spec") or {}

@@ -12,6 +12,7 @@ from gpuop_sim.apiserver.base import CoreBase, _ns_of
 from gpuop_sim.apiserver.errors import cause
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.selectors import (
+    FIELD_LABEL_CONVERSIONS,
     FIELD_SELECTORS,
     SelectorError,
     make_predicate,
@@ -91,7 +92,10 @@ class ListingMixin(CoreBase):
             labels = parse_label_selector(query.get("labelSelector", ""))
             supported = rt.custom.selectable_fields if rt.custom else FIELD_SELECTORS.get(rt.key, ())
             fields = parse_field_selector(
-                query.get("fieldSelector", ""), supported, custom=rt.custom is not None
+                query.get("fieldSelector", ""),
+                supported,
+                custom=rt.custom is not None,
+                conversion=FIELD_LABEL_CONVERSIONS.get(rt.key) if rt.custom is None else None,
             )
         except SelectorError as exc:
             raise errors.bad_request(str(exc)) from exc

@@ -35,8 +35,12 @@ MERGE_KEYS: dict[str, str] = {
 }
 # Lists of scalars merged as sets (patchStrategy=merge without a key).
 MERGE_SCALAR_LISTS = frozenset({"finalizers"})
-# Per-kind overrides: Service ports are keyed by `port`, not `containerPort`.
-KIND_MERGE_KEYS: dict[str, dict[str, str]] = {"Service": {"ports": "port"}}
+# Per-kind overrides: Service ports are keyed by `port`, not `containerPort`; a ResourceClaim's
+# `status.reservedFor` is merged by consumer uid.
+KIND_MERGE_KEYS: dict[str, dict[str, str]] = {
+    "Service": {"ports": "port"},
+    "ResourceClaim": {"reservedFor": "uid"},
+}
 
 
 class PatchError(ValueError):

@@ -188,6 +188,7 @@ FIELD_SELECTORS: dict[tuple[str, str], tuple[str, ...]] = {
         "type",
     ),
     ("batch", "jobs"): ("status.successful",),
+    ("resource.k8s.io", "resourceslices"): ("spec.nodeName", "spec.driver"),
     ("apps", "replicasets"): ("status.replicas",),
 }
 
@@ -218,11 +219,20 @@ def field_value(obj: JsonObj, path: str) -> str:
     return str(cur)
 
 
+# Kinds whose API registers its own field-label conversion: only metadata.name plus the listed
+# fields, and the conversion's own error naming the group-version-kind.
+FIELD_LABEL_CONVERSIONS: dict[tuple[str, str], str] = {
+    ("resource.k8s.io", "resourceslices"): "resource.k8s.io/v1, Kind=ResourceSlice",
+}
+
+
 def parse_field_selector(
-    text: str, supported: tuple[str, ...], *, custom: bool = False
+    text: str, supported: tuple[str, ...], *, custom: bool = False, conversion: str | None = None
 ) -> list[FieldRequirement]:
     reqs: list[FieldRequirement] = []
-    allowed = ("metadata.name", "metadata.namespace", *supported)
+    allowed = (
+        ("metadata.name", *supported) if conversion else ("metadata.name", "metadata.namespace", *supported)
+    )
     for term in (t.strip() for t in text.split(",")):
         if not term:
             continue
@@ -234,6 +244,8 @@ def parse_field_selector(
             raise SelectorError(f"invalid selector: '{text}'; can't understand '{term}'")
         path = path.strip()
         if path not in allowed:
+            if conversion:
+                raise SelectorError(f"field label not supported for {conversion}: {path}")
             if custom:
                 raise SelectorError(f"field label not supported: {path}")
             known = ", ".join(f'"{f}"' for f in allowed)
