@@ -217,3 +217,74 @@ def test_config_of_a_watcher_without_default_needs_a_good_file(tmp_path: Path) -
     watcher = ConfigFileWatcher(tmp_path / "absent.yaml", DevicePluginConfig)
     with pytest.raises(RuntimeError, match="no default"):
         _ = watcher.config
+
+
+def publish_keys(root: Path, generation: int, data: dict[str, str]) -> None:
+    """A whole ConfigMap (several keys) published the kubelet's way: one new dir, one `..data` swap."""
+    root.mkdir(parents=True, exist_ok=True)
+    version = root / f"..2026_12_03_00_00_{generation:02d}"
+    version.mkdir()
+    for key, content in data.items():
+        (version / key).write_text(content)
+    tmp_link = root / "..data_tmp"
+    tmp_link.symlink_to(version.name)
+    os.replace(tmp_link, root / "..data")
+    for key in data:
+        if not (root / key).is_symlink():
+            (root / key).symlink_to(f"..data/{key}")
+
+
+def test_a_node_reads_the_settings_of_the_deviceconfig_holding_it(tmp_path: Path) -> None:
+    mount = tmp_path / "config"
+    shared = {"config.yaml": "migStrategy: none\n"}
+    publish_keys(mount, 1, shared)
+    on_amd = ConfigFileWatcher(mount / "config.yaml", DevicePluginConfig, node_name="amd-0")
+    on_cpu = ConfigFileWatcher(mount / "config.yaml", DevicePluginConfig, node_name="cpu-0")
+    standalone = ConfigFileWatcher(mount / "config.yaml", DevicePluginConfig)
+    for watcher in (on_amd, on_cpu, standalone):
+        assert watcher.poll() and watcher.config.mig_strategy == "none"  # no nodes.yaml yet
+    # The operator adds a key per DeviceConfig and the node map; each watcher follows its node.
+    publish_keys(
+        mount,
+        2,
+        {
+            **shared,
+            "gpu-operator.amd.yaml": "migStrategy: single\n",
+            "gpu-operator.nvidia.yaml": "migStrategy: mixed\n",
+            "nodes.yaml": "amd-0: gpu-operator.amd.yaml\nnvidia-0: gpu-operator.nvidia.yaml\n",
+        },
+    )
+    assert on_amd.poll() and on_amd.config.mig_strategy == "single"
+    assert on_amd.source == mount / "gpu-operator.amd.yaml"
+    assert not on_cpu.poll() and on_cpu.source == mount / "config.yaml"  # held by none: shared file
+    assert not standalone.poll()
+    # The node moves to the other DeviceConfig: the next poll follows it.
+    publish_keys(
+        mount,
+        3,
+        {
+            **shared,
+            "gpu-operator.amd.yaml": "migStrategy: single\n",
+            "gpu-operator.nvidia.yaml": "migStrategy: mixed\n",
+            "nodes.yaml": "amd-0: gpu-operator.nvidia.yaml\n",
+        },
+    )
+    assert on_amd.poll() and on_amd.config.mig_strategy == "mixed"
+
+
+@pytest.mark.parametrize(
+    "bad_map",
+    [
+        "amd-0: [not, a, key]\n",  # not a string
+        "amd-0: ../../etc/passwd.yaml\n",  # a path, not a key of this ConfigMap
+        "amd-0: missing.yaml\n",  # names no file
+        "{unclosed\n",  # not YAML
+        "- a list\n",  # not a mapping
+    ],
+)
+def test_a_bad_node_map_falls_back_to_the_shared_file(tmp_path: Path, bad_map: str) -> None:
+    mount = tmp_path / "config"
+    publish_keys(mount, 1, {"config.yaml": "migStrategy: single\n", "nodes.yaml": bad_map})
+    watcher = ConfigFileWatcher(mount / "config.yaml", DevicePluginConfig, node_name="amd-0")
+    assert watcher.poll() and watcher.config.mig_strategy == "single"
+    assert watcher.source == mount / "config.yaml"

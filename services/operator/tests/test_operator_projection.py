@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 from gpuop_common.config import DeviceConfigSpec, MetricsExporterConfig
-from gpuop_operator.projection import DEFAULT_KEY, config_map_name, data_key, plan_config_map
+from gpuop_operator.projection import DEFAULT_KEY, NODES_KEY, config_map_name, data_key, plan_config_map
 
 
 def test_config_map_name_matches_the_chart_library() -> None:
@@ -46,3 +46,21 @@ def test_two_deviceconfigs_that_differ_leave_config_yaml_to_helm_and_deleted_key
 def test_invalid_deviceconfig_keeps_its_last_key() -> None:
     current = {data_key("ops/bad"): "old"}
     assert plan_config_map("node-labeller", current, {}, ["ops/bad"]) == {}
+
+
+def test_the_node_map_names_each_held_node_s_key_and_goes_when_no_node_is_held() -> None:
+    amd = DeviceConfigSpec.model_validate({"vendor": "amd", "testRunner": {"enable": True}})
+    nvidia = DeviceConfigSpec.model_validate({"vendor": "nvidia"})
+    valid = {"ops/amd": amd, "ops/nvidia": nvidia}
+    holders = {"amd-0": "ops/amd", "nvidia-0": "ops/nvidia", "old-0": "ops/deleted"}
+    changes = plan_config_map("test-runner", {}, valid, ["ops/amd", "ops/nvidia"], holders)
+    expected = {"amd-0": "ops.amd.yaml", "nvidia-0": "ops.nvidia.yaml"}  # a deleted owner is left out
+    assert yaml.safe_load(changes[NODES_KEY] or "") == expected
+    assert DEFAULT_KEY not in changes  # the sections differ: each node reads its own key
+    agreeing = plan_config_map("node-labeller", {}, valid, ["ops/amd", "ops/nvidia"], holders)
+    assert DEFAULT_KEY in agreeing  # the node map is no section: agreeing ones still fill config.yaml
+    current = {k: v for k, v in changes.items() if v is not None}
+    assert plan_config_map("test-runner", current, valid, ["ops/amd", "ops/nvidia"], holders) == {}
+    released = plan_config_map("test-runner", current, valid, ["ops/amd", "ops/nvidia"], {})
+    assert released == {NODES_KEY: None}
+    assert plan_config_map("test-runner", {}, valid, ["ops/amd", "ops/nvidia"], {}).get(NODES_KEY, "-") == "-"

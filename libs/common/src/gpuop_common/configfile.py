@@ -5,6 +5,10 @@ The kubelet updates a mounted ConfigMap by writing a new timestamped directory a
 interval instead. A bad edit never takes a service down: it logs one line naming the file and the
 field, keeps the last good config and exposes the error (`watcher.error`) until a good version lands.
 
+Under the operator the ConfigMap holds one key per DeviceConfig and `nodes.yaml`, node -> key of the
+DeviceConfig holding it; a watcher given its `node_name` reads its node's key through that map (re-read
+on every poll, so a node moving to another DeviceConfig follows), else the file it was given.
+
 Every service starts the same way, so `ConfigFileWatcher.load` is that start: read the file once (or
 fall back to the defaults when it is absent or bad), build the service from `watcher.config`, then
 `watcher.set_on_change(...)` and `watcher.start_in_thread(stopping)`.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +33,26 @@ from gpuop_common.shutdown import Stopping
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
+NODES_FILE = "nodes.yaml"  # beside the config file: node name -> the file holding its settings
+_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,250}\.yaml$")
+
+
+def node_config_path(path: Path, node_name: str) -> Path:
+    """The file holding `node_name`'s settings: the one `nodes.yaml` beside `path` names for it,
+    else `path`. A missing, unreadable or bad map, or a key naming no file, means `path`."""
+    nodes = path.parent / NODES_FILE
+    if not node_name or not nodes.is_file():
+        return path
+    try:
+        mapping = yaml.safe_load(nodes.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        extra = {"path": str(nodes), "error": str(exc)}
+        log.warning("cannot read the node map; using the shared config", extra=extra)
+        return path
+    key = mapping.get(node_name) if isinstance(mapping, dict) else None
+    if not isinstance(key, str) or not _KEY.match(key) or not (path.parent / key).is_file():
+        return path
+    return path.parent / key
 
 
 class ConfigFileError(ValueError):
@@ -91,8 +116,11 @@ class ConfigFileWatcher(Generic[M]):
         interval: float = 5.0,
         default: M | None = None,
         optional: bool = False,
+        node_name: str = "",
     ) -> None:
         self.path = Path(path)
+        self.node_name = node_name
+        self.source = self.path  # the file in force: `path`, or this node's file named by nodes.yaml
         self.model = model
         self.interval = interval
         self.optional = optional
@@ -111,6 +139,7 @@ class ConfigFileWatcher(Generic[M]):
         interval: float = 5.0,
         default: M | None = None,
         on_change: Callable[[M], None] | None = None,
+        node_name: str = "",
     ) -> ConfigFileWatcher[M]:
         """The startup of every service: the file's config now, or `default` (else `model()`) when
         the file is absent (an optional ConfigMap) or rejected (logged, and in `error`).
@@ -124,6 +153,7 @@ class ConfigFileWatcher(Generic[M]):
             interval=interval,
             default=model() if default is None else default,
             optional=True,
+            node_name=node_name,
         )
         watcher.load_initial()
         return watcher
@@ -158,12 +188,16 @@ class ConfigFileWatcher(Generic[M]):
 
     def _read(self) -> bytes | None:
         """The file's bytes, or None when it does not exist; ConfigFileError when it cannot be read."""
+        source = node_config_path(self.path, self.node_name)
+        if source != self.source:
+            log.info("config file for this node", extra={"path": str(source), "node_name": self.node_name})
+            self.source = source
         try:
-            return self.path.read_bytes()
+            return source.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise ConfigFileError(self.path, exc.strerror or str(exc)) from exc
+            raise ConfigFileError(source, exc.strerror or str(exc)) from exc
 
     def _fail(self, exc: ConfigFileError) -> None:
         if str(exc) != self._error:
@@ -184,7 +218,7 @@ class ConfigFileWatcher(Generic[M]):
             if self.optional:
                 self._error = None
             else:
-                self._fail(ConfigFileError(self.path, "missing"))
+                self._fail(ConfigFileError(self.source, "missing"))
             self._last_digest = None
             return False
         digest = hashlib.sha256(content).digest()
@@ -192,7 +226,7 @@ class ConfigFileWatcher(Generic[M]):
             return False
         self._last_digest = digest
         try:
-            config = parse_config(self.path, content.decode("utf-8", errors="replace"), self.model)
+            config = parse_config(self.source, content.decode("utf-8", errors="replace"), self.model)
         except ConfigFileError as exc:
             self._fail(exc)
             return False
@@ -200,7 +234,7 @@ class ConfigFileWatcher(Generic[M]):
         if config == self._current:
             return False
         self._current = config
-        log.info("config file applied", extra={"path": str(self.path)})
+        log.info("config file applied", extra={"path": str(self.source)})
         if notify and self._on_change is not None:
             try:
                 self._on_change(config)

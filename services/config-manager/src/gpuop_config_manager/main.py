@@ -42,6 +42,7 @@ def serve(ctx: ServiceContext[ConfigManagerSettings], metrics: ConfigManagerMetr
             interval=CONFIG_POLL_SECONDS,
             default=ConfigManagerConfig(),
             optional=True,
+            node_name=s.node_name,
         )
         watcher.load_initial()
         if not s.once:

@@ -64,7 +64,9 @@ def serve(ctx: ServiceContext[DevicePluginSettings]) -> int:
         return 1
     if not backends:
         log.warning("no GPUs found; advertising nothing", extra={"host_root": str(s.host_root)})
-    watcher = ConfigFileWatcher.load(s.config_file, DevicePluginConfig, interval=s.config_poll_interval)
+    watcher = ConfigFileWatcher.load(
+        s.config_file, DevicePluginConfig, interval=s.config_poll_interval, node_name=s.node_name
+    )
     manager = ResourceManager(backends, watcher.config)
     service = DevicePluginService(
         manager, s.socket_dir, cdi_dir=s.cdi_spec_dir, health_interval=s.health_interval

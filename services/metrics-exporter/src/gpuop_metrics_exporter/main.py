@@ -44,7 +44,10 @@ def build_collector(settings: ExporterSettings, config: MetricsExporterConfig) -
 def serve(ctx: ServiceContext[ExporterSettings]) -> int:
     settings = ctx.settings
     watcher = ConfigFileWatcher.load(
-        settings.config_file, MetricsExporterConfig, interval=settings.config_poll_interval
+        settings.config_file,
+        MetricsExporterConfig,
+        interval=settings.config_poll_interval,
+        node_name=settings.node_name,
     )
     collector = build_collector(settings, watcher.config)
     if settings.once:

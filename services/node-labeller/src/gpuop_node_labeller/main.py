@@ -39,6 +39,7 @@ class ConfigState:
                 interval=CONFIG_POLL_SECONDS,
                 default=NodeLabellerConfig(),
                 optional=True,
+                node_name=settings.node_name,
             )
 
     def load_initial(self) -> None:

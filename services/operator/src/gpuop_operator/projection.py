@@ -3,10 +3,13 @@
 Helm renders `<release>-<service>-config` with `config.yaml` from the chart values. The operator adds
 one key per DeviceConfig, `<namespace>.<name>.yaml`, holding `spec.<section>.to_wire()`, and marks
 each node with the DeviceConfig that owns it (`gpuop.dev/deviceconfig` annotation), so an agent
-finds its node's settings. While every DeviceConfig is valid and they all agree on the section (one
-DeviceConfig, or e.g. one per vendor with the same settings), `config.yaml` is set to it as well:
-agents that only read `config.yaml` then get the settings too, and hot-reload them. An invalid
-DeviceConfig keeps its last projected key (nothing changes until it is fixed).
+finds its node's settings: `nodes.yaml` maps each node to the key of its DeviceConfig, and every
+agent's config watcher (gpuop_common.configfile) reads its node's key through it, so two
+DeviceConfigs (one per vendor, say) can carry different settings. While every DeviceConfig is valid
+and they all agree on the section (one DeviceConfig, or e.g. one per vendor with the same settings),
+`config.yaml` is set to it as well: an agent on a node no DeviceConfig holds yet, or one started
+standalone, reads that. An invalid DeviceConfig keeps its last projected key (nothing changes until
+it is fixed).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import yaml
 from gpuop_common.config import DeviceConfigSpec
 
 DEFAULT_KEY = "config.yaml"
+NODES_KEY = "nodes.yaml"  # node name -> data key of the DeviceConfig holding the node
 
 
 def config_map_name(release: str, service: str) -> str:
@@ -34,24 +38,40 @@ def render_section(spec: DeviceConfigSpec, service: str) -> str:
     return yaml.safe_dump(spec.section(service).to_wire(), sort_keys=True)
 
 
+def render_nodes(holders: Mapping[str, str], existing: Collection[str]) -> str | None:
+    """`nodes.yaml`: node -> data key, for the nodes held by a DeviceConfig that still exists; None
+    when there is none (the key is then deleted)."""
+    alive = set(existing)
+    mapping = {node: data_key(owner) for node, owner in sorted(holders.items()) if owner in alive}
+    return yaml.safe_dump(mapping, sort_keys=True) if mapping else None
+
+
 def plan_config_map(
     service: str,
     current: Mapping[str, str],
     valid: Mapping[str, DeviceConfigSpec],
     existing: Collection[str],
+    holders: Mapping[str, str] | None = None,
 ) -> dict[str, str | None]:
     """Data keys to change in `service`'s ConfigMap (None deletes); empty when it is up to date.
 
     `valid`: owner -> spec of every valid DeviceConfig not being deleted; `existing`: owners of
-    every DeviceConfig that still exists (valid or not, not being deleted)."""
+    every DeviceConfig that still exists (valid or not, not being deleted); `holders`: node ->
+    owner, from the nodes' `gpuop.dev/deviceconfig` annotations."""
     desired: dict[str, str | None] = {
         data_key(owner): render_section(spec, service) for owner, spec in valid.items()
     }
+    desired[NODES_KEY] = render_nodes(holders or {}, existing)
     kept = {data_key(owner) for owner in existing}
     for key in current:
-        if key != DEFAULT_KEY and key.endswith(".yaml") and key not in desired and key not in kept:
+        owned = key.endswith(".yaml") and key not in (DEFAULT_KEY, NODES_KEY)
+        if owned and key not in desired and key not in kept:
             desired[key] = None
-    rendered = {text for key, text in desired.items() if text is not None}
+    rendered = {text for key, text in desired.items() if text is not None and key != NODES_KEY}
     if valid and set(existing) == set(valid) and len(rendered) == 1:
         desired[DEFAULT_KEY] = rendered.pop()
-    return {key: value for key, value in desired.items() if current.get(key) != value}
+    return {
+        key: value
+        for key, value in desired.items()
+        if current.get(key) != value and not (value is None and key not in current)
+    }

@@ -36,7 +36,7 @@ from gpuop_operator.kubeio import (
     KubeJson,
 )
 from gpuop_operator.metrics import OperatorMetrics
-from gpuop_operator.model import FINALIZER, SUPPORTED_SERVICES, NodePatch
+from gpuop_operator.model import FINALIZER, OWNER_ANNOTATION, SUPPORTED_SERVICES, NodePatch
 from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout
 from gpuop_operator.projection import config_map_name, plan_config_map
 from gpuop_operator.status import build_status, invalid_conditions, rollout_conditions, transitions
@@ -202,7 +202,8 @@ class Reconciler:
                 ok = False
                 self.metrics.errors.labels("deviceconfig").inc()
                 log.warning("reconcile failed", extra={"deviceconfig": owner, "error": _describe(exc)})
-        ok &= self._project(valid, [object_key(o) for o in live])
+        holders = {n.name: held for n in nodes if (held := n.annotations.get(OWNER_ANNOTATION))}
+        ok &= self._project(valid, [object_key(o) for o in live], holders)
         self.metrics.duration.observe(time.monotonic() - started)
         return ok
 
@@ -366,14 +367,16 @@ class Reconciler:
             ref, reason or "Unknown", message or reason, "Warning" if kind == "Warning" else "Normal"
         )
 
-    def _project(self, valid: dict[str, DeviceConfigSpec], existing: list[str]) -> bool:
+    def _project(
+        self, valid: dict[str, DeviceConfigSpec], existing: list[str], holders: dict[str, str]
+    ) -> bool:
         ok = True
         for service in sorted(SUPPORTED_SERVICES):
             name = config_map_name(self.settings.release, service)
             current = self.configmaps.get(f"{self.settings.namespace}/{name}")
             if current is None:
                 continue  # the service's chart is not installed: nothing to project into
-            changes = plan_config_map(service, current.get("data") or {}, valid, existing)
+            changes = plan_config_map(service, current.get("data") or {}, valid, existing, holders)
             if not changes:
                 continue
             if self.dry_run:

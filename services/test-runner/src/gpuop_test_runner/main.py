@@ -79,7 +79,9 @@ def serve(ctx: ServiceContext[TestRunnerSettings], metrics: TestRunnerMetrics) -
     watcher: ConfigFileWatcher[TestRunnerConfig] | None = None
     if s.config_file is not None:
         # A reload changes what the next run uses; a run in progress keeps the recipe it started with.
-        watcher = ConfigFileWatcher.load(s.config_file, TestRunnerConfig, interval=CONFIG_POLL_SECONDS)
+        watcher = ConfigFileWatcher.load(
+            s.config_file, TestRunnerConfig, interval=CONFIG_POLL_SECONDS, node_name=s.node_name
+        )
         if not s.once:
             watcher.start_in_thread(ctx.stopping)
     initial = watcher.config if watcher is not None else TestRunnerConfig()
