@@ -246,6 +246,7 @@ def test_operator_benchmark_installs_the_operands_from_a_fresh_clone(clone: Path
     finally:
         rest.close()
     assert sorted(d["metadata"]["name"] for d in daemonsets) == [
+        "gpuop-config-manager",
         "gpuop-device-plugin",
         "gpuop-metrics-exporter",
         "gpuop-node-labeller",

@@ -105,10 +105,12 @@ def test_umbrella_chart_rolls_every_gpu_node_out_to_ready(cluster: SimCluster) -
         assert condition(dc, "Degraded")["status"] == "False"
         assert status["observedGeneration"] == dc["metadata"]["generation"]
 
+    held = {n.name: f"{NAMESPACE}.{n.vendor}.yaml" for n in cluster.nodes if n.vendor != "cpu"}
     for service in SERVICES:
         data = api.get(CONFIGMAPS, f"gpuop-{service}-config", NAMESPACE)["data"]
         assert {f"{NAMESPACE}.amd.yaml", f"{NAMESPACE}.nvidia.yaml", "config.yaml"} <= set(data)
         yaml.safe_load(data["config.yaml"])
+        assert yaml.safe_load(data["nodes.yaml"]) == held  # each agent finds its DeviceConfig's key
 
     exporters, _ = api.list(PODS, NAMESPACE, labelSelector="app.kubernetes.io/name=metrics-exporter")
     assert len(exporters) == 3
@@ -247,3 +249,52 @@ def test_crd_upgrade_hook_job_runs_the_operator_image_to_completion(cluster: Sim
     assert done["status"]["succeeded"] == 1
     crd = cluster.api().get(CRDS, "deviceconfigs.gpuop.dev")
     assert crd["spec"]["names"]["shortNames"] == ["gpudc"]
+
+
+@pytest.mark.slow
+def test_a_mig_profile_in_one_deviceconfig_repartitions_its_node_with_the_operator_running(
+    cluster: SimCluster,
+) -> None:
+    """Only the NVIDIA DeviceConfig enables the config manager, so the sections differ and the
+    agent reads its node's key (nodes.yaml); the operator leaves the paused operands alone."""
+    cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready")
+    api = cluster.api()
+    profile = {"name": "all-1g", "nvidia": [{"migEnabled": True, "migDevices": {"1g.10gb": 7}}]}
+    manager = {"enable": True, "profiles": [profile], "quiesceTimeoutSeconds": 120}
+    api.patch(DEVICECONFIGS, "nvidia", {"spec": {"configManager": manager}}, NAMESPACE)
+    (node,) = (n.name for n in cluster.nodes if n.vendor == "nvidia")
+    cluster.wait_for_object(
+        NODES,
+        node,
+        None,
+        lambda n: n["metadata"]["labels"].get("gpuop.dev/deploy.config-manager") == "true",
+        timeout=120,
+    )
+    cluster.wait_for_daemonset_ready("gpuop-config-manager", NAMESPACE, timeout=180)
+    api.patch(NODES, node, {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g"}}})
+    try:
+        done = cluster.wait_for_object(
+            NODES,
+            node,
+            None,
+            lambda n: n["metadata"]["labels"].get("gpuop.dev/gpu-config-state") in ("success", "failed"),
+            timeout=300,
+        )
+    except Exception:
+        pods, _ = api.list(PODS, NAMESPACE, labelSelector="app.kubernetes.io/name=config-manager")
+        for pod in pods:
+            print(pod["metadata"]["name"], log_tail(cluster, pod, "config-manager"))
+        raise
+    labels = done["metadata"]["labels"]
+    reason = (done["metadata"].get("annotations") or {}).get("gpuop.dev/gpu-config-failure-reason", "")
+    assert labels["gpuop.dev/gpu-config-state"] == "success", reason
+    assert labels["nvidia.com/mig.config.state"] == "success"
+    paused = {k: v for k, v in labels.items() if k.startswith("gpuop.dev/deploy.")}
+    assert paused == {f"gpuop.dev/deploy.{s}": "true" for s in (*SERVICES, "config-manager")}
+    events, _ = api.list(EVENTS, None)
+    reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == node}
+    assert {"Quiescing", "ConfigApplied"} <= reasons
+    cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready again")
+    amd_nodes = [n.name for n in cluster.nodes if n.vendor == "amd"]
+    for name in amd_nodes:  # the AMD DeviceConfig did not enable it: no config manager there
+        assert "gpuop.dev/deploy.config-manager" not in api.get(NODES, name)["metadata"]["labels"]

@@ -41,6 +41,15 @@ def test_an_enabled_test_runner_section_is_accepted() -> None:
     assert result.spec.test_runner.recipes[0].command[0] == "rvs"
 
 
+def test_an_enabled_config_manager_section_is_accepted() -> None:
+    profile = {"name": "cpx", "amd": {"computePartition": "CPX", "memoryPartition": "NPS4"}}
+    manager = {"enable": True, "profiles": [profile]}
+    spec = {"vendor": "amd", "selector": {"matchLabels": {"pool": "a"}}, "configManager": manager}
+    result = validate(dc(spec), NODES)
+    assert result.ok and result.spec is not None, result.problems
+    assert result.spec.config_manager.profiles[0].amd is not None
+
+
 @pytest.mark.parametrize(
     ("spec", "reason", "field"),
     [
@@ -66,7 +75,11 @@ def test_an_enabled_test_runner_section_is_accepted() -> None:
             INVALID_SPEC,
             "spec.testRunner.recipes[0]",
         ),
-        ({"configManager": {"enable": True}}, UNSUPPORTED, "spec.configManager.enable"),
+        (
+            {"vendor": "nvidia", "configManager": {"enable": True, "profiles": [{"name": "cpx", "amd": {}}]}},
+            INVALID_SPEC,
+            "configManager.profiles[].amd",
+        ),
         ({"remediation": {"enable": True}}, UNSUPPORTED, "spec.remediation.enable"),
         (
             {"devicePlugin": {"enable": False}, "draDriver": {"enable": True}},

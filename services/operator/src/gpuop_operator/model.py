@@ -18,7 +18,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
 )
 # Operands whose service exists in this release; enabling any other section is reported Unsupported.
 SUPPORTED_SERVICES: frozenset[str] = frozenset(
-    {"device-plugin", "node-labeller", "metrics-exporter", "test-runner"}
+    {"device-plugin", "node-labeller", "metrics-exporter", "test-runner", "config-manager"}
 )
 
 LABEL_PREFIX = "gpuop.dev/"
