@@ -14,6 +14,7 @@ it is fixed).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 
 import yaml
@@ -43,7 +44,8 @@ def render_nodes(holders: Mapping[str, str], existing: Collection[str]) -> str |
     when there is none (the key is then deleted)."""
     alive = set(existing)
     mapping = {node: data_key(owner) for node, owner in sorted(holders.items()) if owner in alive}
-    return yaml.safe_dump(mapping, sort_keys=True) if mapping else None
+    # JSON (also YAML): agents parse it on every change, and json is fast where PyYAML is not.
+    return json.dumps(mapping, indent=0, sort_keys=True) + "\n" if mapping else None
 
 
 def plan_config_map(
