@@ -46,7 +46,7 @@ lint: install
 	$(RUN) ansible-lint --profile production --offline --strict $(PLAYBOOKS)
 
 test: install lint
-	$(RUN) pytest -q -ra
+	$(RUN) pytest -q -ra --durations=15
 
 demo: install
 	$(RUN) python -m gpuop_sim.demo $(DEMO_ARGS)
