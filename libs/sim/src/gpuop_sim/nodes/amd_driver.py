@@ -3,7 +3,7 @@
 `write_attr` has the signature of `gpuop_common.gpu.sysfs_write.write_attr`; a simulated node's
 environment names it in GPUOP_SYSFS_WRITER, so the AMD backend's one write path lands here. A write
 of `current_compute_partition` / `current_memory_partition` under a root laid with a driver state
-(MI300X profiles) is checked like the kernel does and then re-lays that GPU:
+(MI300X profiles) is checked like the kernel does and then re-lays the GPUs:
 - the value is not a mode, not in `available_*_partition`, or the compute/memory pair is refused
   (gpuop_common.gpu.amd_partition rules) -> OSError EINVAL, nothing changes;
 - a device node of the GPU (its card/render nodes) or /dev/kfd is held open -> OSError EBUSY;
@@ -170,7 +170,10 @@ class SimAmdDriver:
             self._bump_generation()
             modes = self.modes()
             mi300x_layout.write_topology(self.root, modes, self.num_xcc)
-            self._relay_drm(position, modes[position])
+            # Every GPU, not only this one: a capture-laid GPU (the CPX capture's last GPU shows 7 of
+            # its 8 partitions) gets its full set when the driver first rebuilds the topology.
+            for gpu, mode in enumerate(modes):
+                self._relay_drm(gpu, mode)
             self._bump_generation()
 
     # layout --------------------------------------------------------------------------------------
