@@ -185,3 +185,14 @@ def test_host_root_without_dev_is_not_a_health_failure(gpu_node_root):
         path.unlink() if path.is_file() else path.rmdir()
     backend = AmdSysfsBackend(info.root)
     assert all(h.healthy for h in backend.health())
+
+
+def test_xcc_count_comes_from_the_product_not_a_short_kfd_listing(gpu_node_root):
+    # The CPX capture's last GPU shows 7 KFD partitions; an MI300X has 8 XCCs.
+    backend = AmdSysfsBackend(gpu_node_root("amd-mi300x-cpx").root)
+    counts = backend.xcc_counts()
+    assert set(counts.values()) == {8}
+    assert len(backend.enumerate()[7].partitions) == 7
+    assert AmdSysfsBackend(gpu_node_root("amd-radeon").root).xcc_counts() == {
+        g.id: 1 for g in AmdSysfsBackend(gpu_node_root("amd-radeon").root).enumerate()
+    }

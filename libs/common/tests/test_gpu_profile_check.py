@@ -20,7 +20,9 @@ def mi300x_spx(tmp_path_factory):
     info = build_node_root("amd-mi300x-spx", tmp_path_factory.mktemp("spx") / "root")
     backend = AmdSysfsBackend(info.root)
     gpus = backend.enumerate()
-    return gpus, {g.id: backend.xcc_count(g.id) for g in gpus}
+    xcc = {g.id: backend.xcc_count(g.id) for g in gpus}
+    assert backend.xcc_counts() == xcc
+    return gpus, xcc
 
 
 @pytest.fixture(scope="module")

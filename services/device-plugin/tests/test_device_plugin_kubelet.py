@@ -10,11 +10,11 @@ from typing import Any
 import grpc
 import pytest
 from gpuop_common.config import DevicePluginConfig
-from gpuop_common.gpu import open_backends
+from gpuop_common.gpu import AmdSysfsBackend, open_backends
 from gpuop_common.kubelet import deviceplugin as dp
 from gpuop_common.kubelet import dial_unix
 from gpuop_sim.kubelet import KubeletEmulator
-from gpuop_sim.nodes import NodeRootInfo
+from gpuop_sim.nodes import NodeRootInfo, amd_driver
 from gpuop_sim.nodes.nvml_state import STATE_RELPATH, load_state
 
 MakeRoot = Callable[..., NodeRootInfo]
@@ -346,8 +346,12 @@ def test_partition_mode_change_is_picked_up_by_the_periodic_rescan(
     )
     run_plugin(info, config)
     kubelet_emulator.wait_for(lambda: kubelet_emulator.allocatable() == {"amd.com/cpx_nps4": 63}, timeout=15)
-    backend = open_backends(info.root)[0]
-    backend.set_partition_mode(info.pci_addresses[0], "SPX")  # what the config manager would do
-    expected = {"amd.com/cpx_nps4": 55, "amd.com/spx_nps4": 8}
-    kubelet_emulator.wait_for(lambda: kubelet_emulator.allocatable() == expected, timeout=5)
-    assert plugin_socket(kubelet_emulator, "amd.com_spx_nps4").is_socket()
+    # What the config manager does: through the simulated amdgpu driver, which re-lays the KFD nodes
+    # (SPX is refused under NPS4, so NPS1 is written first). GPU 0 becomes one device; the rebuilt
+    # topology also gives the capture's last GPU its eighth partition (8 XCCs): 7 x 8 CPX devices.
+    backend = AmdSysfsBackend(info.root, writer=amd_driver.write_attr)
+    backend.set_partition_mode(info.pci_addresses[0], "spx_nps1")
+    expected = {"amd.com/cpx_nps4": 56, "amd.com/spx_nps1": 1}
+    # The rescan reads the 72 rebuilt KFD nodes; give a loaded 2-core machine time for it.
+    kubelet_emulator.wait_for(lambda: kubelet_emulator.allocatable() == expected, timeout=60)
+    assert plugin_socket(kubelet_emulator, "amd.com_spx_nps1").is_socket()

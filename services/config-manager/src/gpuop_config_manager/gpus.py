@@ -16,6 +16,7 @@ class NodeGpus:
 
     def __init__(self, backends: list[GpuBackend]) -> None:
         self.backends = backends
+        self._vendors: list[Vendor] | None = None
 
     @classmethod
     def open(cls, host_root: Path | str, vendor: str = "auto") -> NodeGpus:
@@ -35,14 +36,17 @@ class NodeGpus:
         return [gpu for backend in self.backends for gpu in backend.enumerate()]
 
     def vendors(self) -> list[Vendor]:
-        return sorted({gpu.vendor for gpu in self.inventory()})
+        """Vendors with GPUs on the node (read once: repartitioning does not change them)."""
+        if self._vendors is None:
+            self._vendors = sorted({gpu.vendor for gpu in self.inventory()})
+        return self._vendors
 
     def plan(self, profile: PartitionProfile) -> ProfilePlan:
         gpus = self.inventory()
         xcc: dict[str, int | None] = {}
         for backend in self.backends:
             if isinstance(backend, AmdSysfsBackend):
-                xcc |= {g.id: backend.xcc_count(g.id) for g in gpus if g.vendor is Vendor.AMD}
+                xcc |= backend.xcc_counts()
         return plan_profile(profile, gpus, xcc)
 
     def _mig_layout(self, gpu: GpuDevice) -> dict[str, int] | None:

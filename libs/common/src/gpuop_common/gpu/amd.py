@@ -214,6 +214,10 @@ class AmdSysfsBackend(GpuBackend):
         gpu, source = self._locate(gpu_id)
         return _xcc_count(gpu, source)
 
+    def xcc_counts(self) -> dict[str, int | None]:
+        """`xcc_count` of every GPU from one inventory read."""
+        return {gpu.id: _xcc_count(gpu, source) for gpu, source in self._inventory()}
+
     def set_partition_mode(self, gpu_id: str, mode: str) -> PartitionState:
         gpu, source = self._locate(gpu_id)
         state = gpu.partition

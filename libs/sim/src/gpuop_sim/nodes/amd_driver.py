@@ -3,13 +3,13 @@
 `write_attr` has the signature of `gpuop_common.gpu.sysfs_write.write_attr`; a simulated node's
 environment names it in GPUOP_SYSFS_WRITER, so the AMD backend's one write path lands here. A write
 of `current_compute_partition` / `current_memory_partition` under a root laid with a driver state
-(MI300X profiles) is checked like the kernel does and then re-lays that GPU:
+(MI300X profiles) is checked like the kernel does and then re-lays the GPUs:
 - the value is not a mode, not in `available_*_partition`, or the compute/memory pair is refused
   (gpuop_common.gpu.amd_partition rules) -> OSError EINVAL, nothing changes;
 - a device node of the GPU (its card/render nodes) or /dev/kfd is held open -> OSError EBUSY;
 - else the attribute changes, the KFD topology is rebuilt with the GPU's new partition count, its
   `amdgpu_xcp_<n>` platform devices, DRM card/render entries and /dev/dri nodes follow, and
-  `generation_id` is bumped (before and after the rebuild, so a reader caching on it re-reads).
+  `generation_id` is bumped once the new tree is in place (mi300x_layout swaps it in atomically).
 Any other path is written as a plain file.
 
 Differences from the kernel (stated, not hidden): a memory-partition change takes effect at once
@@ -166,11 +166,16 @@ class SimAmdDriver:
                 return
             if self._busy(position):
                 raise _fail(errno.EBUSY, path)
-            (self._ddir(bdf) / path.name).write_text(wanted + "\n")
-            self._bump_generation()
             modes = self.modes()
+            modes[position] = new_compute
             mi300x_layout.write_topology(self.root, modes, self.num_xcc)
-            self._relay_drm(position, modes[position])
+            # Every GPU, not only this one: a capture-laid GPU (the CPX capture's last GPU shows 7 of
+            # its 8 partitions) gets its full set when the driver first rebuilds the topology.
+            for gpu, mode in enumerate(modes):
+                self._relay_drm(gpu, mode)
+            # The attribute changes with the new topology in place, then the generation moves on:
+            # a reader never pairs the new mode with the old KFD nodes for longer than a write.
+            (self._ddir(bdf) / path.name).write_text(wanted + "\n")
             self._bump_generation()
 
     # layout --------------------------------------------------------------------------------------

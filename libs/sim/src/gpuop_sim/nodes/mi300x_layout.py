@@ -11,7 +11,9 @@ GPUs to each other weight 15 at 64000 MB/s, as in kfd_gen's SPX view).
 from __future__ import annotations
 
 import functools
+import os
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,16 +167,34 @@ def plan_nodes(modes: list[str], num_xcc: int = MI300X_XCC) -> list[LaidNode]:
 
 
 def write_topology(root: Path, modes: list[str], num_xcc: int = MI300X_XCC) -> list[LaidNode]:
-    """Rewrite `nodes/` under the root's KFD topology in place (generation_id is the caller's)."""
+    """Rebuild `nodes/` under the root's KFD topology (generation_id is the caller's).
+
+    The new tree is written aside and `nodes` is then switched to it in one atomic rename of a
+    symlink, so a reader sees the old or the new topology, never a half-written one (rewriting
+    thousands of link files in place took seconds, long enough for a plugin's rescan to catch it).
+    The tree before the previous one is removed; the previous one stays for readers still in it.
+    """
     nodes = plan_nodes(modes, num_xcc)
     kfd_dir = root / KFD_TOPOLOGY
-    nodes_dir = kfd_dir / "nodes"
+    build = f".rebuild-{uuid.uuid4().hex[:12]}"
     for node in nodes:
-        shutil.rmtree(nodes_dir / str(node.index), ignore_errors=True)
-        write_node(kfd_dir, node.index, node.props, node.io_links)
-    for extra in nodes_dir.iterdir() if nodes_dir.is_dir() else ():
-        if extra.name.isdigit() and int(extra.name) >= len(nodes):
-            shutil.rmtree(extra)
+        write_node(kfd_dir / build, node.index, node.props, node.io_links)
+    link = kfd_dir / "nodes"
+    keep = {build}
+    if link.is_symlink():
+        keep.add(Path(os.readlink(link)).parts[0])
+        staged = kfd_dir / f".link-{build}"
+        staged.symlink_to(Path(build) / "nodes")
+        os.replace(staged, link)
+    else:  # laid by the profile as a plain directory: moved aside once
+        aside = kfd_dir / f".laid-{build}"
+        if link.exists():
+            link.rename(aside)
+            keep.add(aside.name)
+        link.symlink_to(Path(build) / "nodes")
+    for stale in kfd_dir.glob(".*"):
+        if stale.is_dir() and stale.name not in keep:
+            shutil.rmtree(stale, ignore_errors=True)
     if not (kfd_dir / "system_properties").exists():
         (kfd_dir / "system_properties").write_text(hardware().system_properties)
     return nodes
