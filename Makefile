@@ -45,8 +45,10 @@ lint: install
 	$(RUN) lint-imports
 	$(RUN) ansible-lint --profile production --offline --strict $(PLAYBOOKS)
 
+# The run's temp files go to a tmpfs when there is one with room (tools/test_tmpdir.py says why).
 test: install lint
-	$(RUN) pytest -q -ra --durations=15
+	@tmp=$$($(RUN) python tools/test_tmpdir.py) && trap 'rm -rf "$$tmp"' EXIT && echo "test temp dir: $$tmp" && \
+	  TMPDIR="$$tmp" $(RUN) pytest -q -ra --durations=15 --basetemp="$$tmp/pytest"
 
 demo: install
 	$(RUN) python -m gpuop_sim.demo $(DEMO_ARGS)

@@ -12,7 +12,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from gpuop_device_plugin.inventory import build_plan
 from gpuop_device_plugin.plugin import DevicePluginAdapter, ResourceView
 from gpuop_sim.kubelet import KubeletEmulator
 from gpuop_sim.nodes import build_node_root, vanish_gpu
+from gpuop_sim.shortpaths import short_tmp_dir
 
 ALLOCATES = 2000
 RSS_ALLOCATES = 10_000
@@ -220,7 +220,7 @@ def _handler_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def run() -> list[dict[str, Any]]:
-    work = Path(tempfile.mkdtemp(prefix="bdp-", dir="/tmp"))
+    work = short_tmp_dir("bdp-")
     try:
         root = work / "node"
         build_node_root("amd-mi210x8", root)

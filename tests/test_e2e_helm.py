@@ -56,6 +56,20 @@ def ready(cluster: SimCluster) -> bool:
     )
 
 
+def describe_pods(pods: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What a person needs to see why a pod outlived its owner."""
+    return [
+        (
+            pod["metadata"]["name"],
+            [ref["kind"] + "/" + ref["name"] for ref in pod["metadata"].get("ownerReferences") or []],
+            pod["metadata"].get("deletionTimestamp"),
+            (pod.get("status") or {}).get("phase"),
+            (pod.get("spec") or {}).get("nodeName"),
+        )
+        for pod in pods
+    ]
+
+
 def exporter_port(cluster: SimCluster, vendor: str) -> int:
     data = cluster.api().get(CONFIGMAPS, f"{RELEASE}-metrics-exporter-config", NAMESPACE)["data"]
     return int(yaml.safe_load(data[f"{NAMESPACE}.{vendor}.yaml"])["port"])
@@ -205,7 +219,12 @@ def test_uninstall_leaves_no_gpuop_objects_secrets_or_node_labels(cluster: SimCl
     api = cluster.api()
     assert api.list(DEVICECONFIGS, NAMESPACE)[0] == []
     assert api.list(SECRETS, NAMESPACE, labelSelector="owner=helm")[0] == []
-    cluster.wait_for(lambda: not api.list(PODS, NAMESPACE)[0], timeout=120, what="every release pod gone")
+    try:
+        cluster.wait_for(lambda: not api.list(PODS, NAMESPACE)[0], timeout=120, what="every release pod gone")
+    except Exception as error:
+        raise AssertionError(
+            f"{error}; still there: {describe_pods(api.list(PODS, NAMESPACE)[0])}"
+        ) from error
     for node in api.list(NODES)[0]:
         meta = node["metadata"]
         ours = [

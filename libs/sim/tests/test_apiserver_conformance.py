@@ -440,6 +440,34 @@ def test_garbage_collection_and_namespace_controllers(core: client.CoreV1Api) ->
     )
 
 
+def test_a_dependent_created_after_its_owner_was_deleted_is_collected(core: client.CoreV1Api) -> None:
+    """A controller on a stale cache writes a pod for a DaemonSet already gone: the real garbage
+    collector finds the absent owner and deletes the dependent; one with a live owner left only
+    loses the absent reference."""
+    owner = core.create_namespaced_config_map("default", cm("gone-owner"))
+    keeper = core.create_namespaced_config_map("default", cm("live-owner"))
+    gone = {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone-owner", "uid": owner.metadata.uid}
+    live = {"apiVersion": "v1", "kind": "ConfigMap", "name": "live-owner", "uid": keeper.metadata.uid}
+    core.delete_namespaced_config_map("gone-owner", "default")
+    core.create_namespaced_config_map("default", {"metadata": {"name": "late", "ownerReferences": [gone]}})
+    core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "both", "ownerReferences": [gone, live]}}
+    )
+    # An owner of the same name but another uid is not the owner.
+    core.create_namespaced_config_map("default", cm("gone-owner"))
+    names = lambda: {c.metadata.name for c in core.list_namespaced_config_map("default").items}  # noqa: E731
+    wait_for(lambda: "late" not in names(), what="dangling dependent garbage-collected")
+    wait_for(
+        lambda: (
+            [r.uid for r in core.read_namespaced_config_map("both", "default").metadata.owner_references]
+            == [keeper.metadata.uid]
+        ),
+        what="absent owner reference removed",
+    )
+    for name in ("both", "live-owner", "gone-owner"):
+        core.delete_namespaced_config_map(name, "default")
+
+
 def test_bare_apiserver_does_not_collect_garbage() -> None:
     with SimApiServer(controllers=False) as srv:
         api = client.ApiClient(client.Configuration(host=srv.url))

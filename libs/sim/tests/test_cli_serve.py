@@ -7,13 +7,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 from gpuop_sim.binaries import find_binary
+from gpuop_sim.shortpaths import short_tmp_dir
 
 GPUOP_SIM = Path(sys.executable).parent / "gpuop-sim"
 
@@ -21,7 +21,7 @@ GPUOP_SIM = Path(sys.executable).parent / "gpuop-sim"
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     # Node roots hold unix sockets: keep the path far below the 107-byte limit.
-    path = Path(tempfile.mkdtemp(prefix="gs-", dir="/tmp"))
+    path = short_tmp_dir("gs-")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -18,7 +18,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from gpuop_sim.apiserver import SimApiServer
 from gpuop_sim.crilog import PodLogFiles, instance_log, instances, read_content
 from gpuop_sim.kubelet import KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo, build_node_root
+from gpuop_sim.shortpaths import short_tmp_dir
 from gpuop_sim.workloads.kubeapi import NODES, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
@@ -159,9 +159,7 @@ class SimCluster:
         )
         self.pods_mode: PodsMode = pods
         self._owns_state_dir = state_dir is None
-        self.state_dir = (
-            Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="gpuop-sim-", dir="/tmp"))
-        )
+        self.state_dir = Path(state_dir) if state_dir else short_tmp_dir("gpuop-sim-")
         self.kubeconfig = Path(kubeconfig) if kubeconfig else self.state_dir / "kubeconfig"
         self._host, self._port = host, port
         self._image_commands = dict(image_commands or {})

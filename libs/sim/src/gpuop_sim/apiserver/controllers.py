@@ -66,6 +66,12 @@ class Controllers:
         if "garbagecollector" in self.enabled:
             if ev.type == "DELETED":
                 self.loop.call_soon(self._collect, meta.get("uid", ""), "Background")
+            elif meta.get("ownerReferences") and "deletionTimestamp" not in meta:
+                # A dependent written after its owner went (a controller acting on a stale cache)
+                # was not in the owner's dependents when it was collected: verify its owners.
+                self.loop.call_soon(
+                    self._collect_if_dangling, ev.resource, meta.get("namespace", ""), meta["name"]
+                )
             elif "deletionTimestamp" in meta:
                 fins = meta.get("finalizers") or []
                 if "foregroundDeletion" in fins:
@@ -99,6 +105,38 @@ class Controllers:
                     log.warning(
                         "garbage collector could not delete %s %s/%s: %s", rt.plural, ns, name, exc.message
                     )
+
+    def _owner_present(self, ref: JsonObj, namespace: str) -> bool | None:
+        """True/False when the owner is/isn't stored with that uid; None for a kind we don't serve."""
+        rt = self.core.registry.by_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
+        if rt is None:
+            return None
+        owner = self.core.store.get(rt.key, namespace if rt.namespaced else "", ref.get("name", ""))
+        return owner is not None and owner.obj["metadata"].get("uid") == ref.get("uid")
+
+    def _collect_if_dangling(self, key: tuple[str, str], ns: str, name: str) -> None:
+        """kube-controller-manager's rule for absent owners: with none left the dependent is deleted,
+        with some left the absent ones are taken out of its ownerReferences."""
+        rt = self._rt_for(key)
+        stored = self.core.store.get(key, ns, name) if rt else None
+        if rt is None or stored is None or "deletionTimestamp" in stored.obj["metadata"]:
+            return
+        refs = stored.obj["metadata"].get("ownerReferences") or []
+        absent = [ref for ref in refs if self._owner_present(ref, ns) is False]
+        if not absent:
+            return
+        if len(absent) == len(refs):
+            try:
+                self.core.delete(rt, ns, name, {"propagationPolicy": "Background"})
+            except ApiError as exc:
+                if exc.code != 404:
+                    log.warning(
+                        "garbage collector could not delete %s %s/%s: %s", rt.plural, ns, name, exc.message
+                    )
+            return
+        dep = stored.copy()
+        dep["metadata"]["ownerReferences"] = [ref for ref in refs if ref not in absent]
+        self._write(rt, dep)
 
     def _finish_owner(self, key: tuple[str, str], obj: JsonObj, finalizer: str) -> None:
         uid = obj["metadata"]["uid"]

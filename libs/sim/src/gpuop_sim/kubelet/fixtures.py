@@ -1,19 +1,19 @@
 """Pytest fixtures for this area; re-exported by gpuop_sim.pytest_plugin.
 
-`short_tmp_dir`: a fresh directory under /tmp whose path is short enough for unix sockets (pytest's
-tmp_path can exceed the 107-byte limit once the kubelet's nested paths are appended).
+`short_tmp_dir`: a fresh directory under a short base (gpuop_sim.shortpaths), short enough for unix
+sockets (pytest's tmp_path can exceed the 107-byte limit once the kubelet's nested paths are appended).
 `kubelet_emulator`: a started KubeletEmulator rooted in such a directory, stopped after the test.
 """
 
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ..shortpaths import short_tmp_dir as _make_short_dir
 from .emulator import KubeletEmulator
 
 __all__ = ["kubelet_emulator", "short_tmp_dir"]
@@ -21,7 +21,7 @@ __all__ = ["kubelet_emulator", "short_tmp_dir"]
 
 @pytest.fixture
 def short_tmp_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="gk-", dir="/tmp"))
+    path = _make_short_dir("gk-")
     try:
         yield path
     finally:

@@ -166,13 +166,16 @@ class SimAmdDriver:
                 return
             if self._busy(position):
                 raise _fail(errno.EBUSY, path)
-            modes = self.modes()
-            modes[position] = new_compute
-            mi300x_layout.write_topology(self.root, modes, self.num_xcc)
-            # Every GPU, not only this one: a capture-laid GPU (the CPX capture's last GPU shows 7 of
-            # its 8 partitions) gets its full set when the driver first rebuilds the topology.
-            for gpu, mode in enumerate(modes):
-                self._relay_drm(gpu, mode)
+            if new_compute != compute:
+                modes = self.modes()
+                modes[position] = new_compute
+                mi300x_layout.write_topology(self.root, modes, self.num_xcc)
+                # Every GPU, not only this one: a capture-laid GPU (the CPX capture's last GPU shows
+                # 7 of its 8 partitions) gets its full set when the driver first rebuilds the topology.
+                for gpu, mode in enumerate(modes):
+                    self._relay_drm(gpu, mode)
+            # A memory-only change keeps the KFD nodes (this layout has no per-NPS memory banks):
+            # the attribute changes and the generation moves on, as after the kernel's reload.
             # The attribute changes with the new topology in place, then the generation moves on:
             # a reader never pairs the new mode with the old KFD nodes for longer than a write.
             (self._ddir(bdf) / path.name).write_text(wanted + "\n")

@@ -1,0 +1,23 @@
+"""Where the simulator makes its state directories: short enough for unix-socket paths.
+
+A socket path has a 107-byte limit and the kubelet's nested paths are long, so state lives in a
+short base directory: `TMPDIR` when it is short (`make test` points it at a tmpfs when one has room:
+the simulated GPU trees are tens of thousands of small files), otherwise /tmp.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+MAX_BASE_LENGTH = 40
+
+
+def short_tmp_base() -> str:
+    base = tempfile.gettempdir()
+    return base if len(base) <= MAX_BASE_LENGTH else "/tmp"
+
+
+def short_tmp_dir(prefix: str) -> Path:
+    """A fresh directory under the short base; the caller removes it."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=short_tmp_base()))
