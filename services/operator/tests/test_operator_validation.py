@@ -60,7 +60,7 @@ def test_an_enabled_config_manager_section_is_accepted() -> None:
         ({"devicePlugin": {"enable": "maybe"}}, INVALID_SPEC, "spec.devicePlugin.enable"),
         ({"selector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}, INVALID_SPEC, "spec.selector"),
         ("not an object", INVALID_SPEC, "spec"),
-        ({"driver": {"enable": True}}, UNSUPPORTED, "spec.driver.enable"),
+        ({"driver": {"enable": True, "driverType": "vf-passthrough"}}, UNSUPPORTED, "spec.driver.driverType"),
         ({"vendor": "amd", "testRunner": {"framework": "DCGM"}}, INVALID_SPEC, "testRunner.framework"),
         (
             {

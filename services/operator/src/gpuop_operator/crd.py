@@ -81,6 +81,31 @@ def status_schema() -> JsonObj:
                 "description": "Lifecycle stage of each selected node.",
                 "additionalProperties": {"type": "string"},
             },
+            "driver": {
+                "type": "object",
+                "description": "Driver lifecycle (spec.driver.enable): wanted version, state per node.",
+                "properties": {
+                    "version": {"type": "string", "description": "Driver version wanted on every node."},
+                    "summary": {"type": "string", "description": "Nodes at that version of those selected."},
+                    "states": {
+                        "type": "object",
+                        "description": "Number of nodes in each driver state.",
+                        "additionalProperties": {"type": "integer", "format": "int32"},
+                    },
+                    "nodes": {
+                        "type": "object",
+                        "description": "Per node: driver state, installed version, why when stuck.",
+                        "additionalProperties": {
+                            "type": "object",
+                            "properties": {
+                                "state": {"type": "string"},
+                                "version": {"type": "string"},
+                                "message": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+            },
         },
     }
 
@@ -91,6 +116,7 @@ def _printer_columns() -> list[JsonObj]:
         {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
         {"name": "Nodes", "type": "integer", "jsonPath": ".status.selectedNodes"},
         {"name": "Ready-Nodes", "type": "integer", "jsonPath": ".status.readyNodes"},
+        {"name": "Driver", "type": "string", "jsonPath": ".status.driver.summary", "priority": 0},
         {
             "name": "Reason",
             "type": "string",

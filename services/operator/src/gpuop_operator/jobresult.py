@@ -1,4 +1,5 @@
-"""What a per-node playbook Job reports back to the operator (the contract between the two sides).
+"""What the operator hands a per-node playbook Job (`PlaybookVars`, the extra-vars file) and what the
+Job reports back (`PlaybookSummary`): the contract between the two sides, free of Ansible imports.
 
 The Job runs `gpuop-operator playbook <name> --host-root /host --extra-vars-file F`; that command
 condenses the ansible-runner event stream into a `PlaybookSummary` and writes it as the container's
@@ -13,6 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
+from gpuop_common.config.driver import DriverConfig
 from pydantic import BaseModel, ConfigDict, Field
 
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
@@ -66,3 +68,27 @@ class PlaybookSummary(BaseModel):
             else:
                 break  # the bare summary is a few hundred bytes; only an absurd playbook name gets here
         return text
+
+
+class PlaybookVars(BaseModel):
+    """The extra-vars file the operator writes for a Job (the DeviceConfig's `driver` and the vendor)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    vendor: Literal["amd", "nvidia"] = Field(description="GPU vendor of the node.")
+    driver: DriverConfig = Field(default_factory=DriverConfig, description="DeviceConfig spec.driver.")
+    host_exec: str | None = Field(
+        None,
+        alias="hostExec",
+        min_length=1,
+        description="Prefix of every host command; default `chroot <host root>`.",
+    )
+    container_runtime: Literal["auto", "containerd", "crio", "none"] = Field(
+        "auto", alias="containerRuntime", description="Runtime to enable CDI in; auto: the active one."
+    )
+    cdi_spec_dirs: list[str] = Field(
+        default_factory=lambda: ["/etc/cdi", "/var/run/cdi"],
+        alias="cdiSpecDirs",
+        min_length=1,
+        description="Directories the runtime searches for CDI specs (the device plugin writes /var/run/cdi).",
+    )

@@ -46,7 +46,14 @@ class OperatorMetrics:
         self.leader = Gauge(
             "gpuop_operator_leader", "1 while this replica is the leader.", registry=self.registry
         )
+        self.driver_nodes = Gauge(
+            "gpuop_operator_driver_nodes",
+            "Nodes per DeviceConfig and driver state (installing, installed, upgrade states).",
+            ["deviceconfig", "state"],
+            registry=self.registry,
+        )
         self._seen: set[tuple[str, str]] = set()
+        self._driver_seen: set[tuple[str, str]] = set()
 
     def set_stages(self, owner: str, stages: Mapping[str, int]) -> None:
         for key in [k for k in self._seen if k[0] == owner and k[1] not in stages]:
@@ -56,7 +63,16 @@ class OperatorMetrics:
             self.nodes.labels(owner, stage).set(count)
             self._seen.add((owner, stage))
 
+    def set_driver_states(self, owner: str, states: Mapping[str, int]) -> None:
+        for key in [k for k in self._driver_seen if k[0] == owner and k[1] not in states]:
+            self.driver_nodes.remove(*key)
+            self._driver_seen.discard(key)
+        for state, count in states.items():
+            self.driver_nodes.labels(owner, state).set(count)
+            self._driver_seen.add((owner, state))
+
     def forget(self, owner: str) -> None:
         self.set_stages(owner, {})
+        self.set_driver_states(owner, {})
         with contextlib.suppress(KeyError):
             self.deviceconfig_ready.remove(owner)

@@ -18,8 +18,10 @@ STAGES: tuple[tuple[str, ...], ...] = (
 )
 # Operands whose service exists in this release; enabling any other section is reported Unsupported.
 SUPPORTED_SERVICES: frozenset[str] = frozenset(
-    {"device-plugin", "node-labeller", "metrics-exporter", "test-runner", "config-manager"}
+    {"driver", "device-plugin", "node-labeller", "metrics-exporter", "test-runner", "config-manager"}
 )
+# Stages run by the operator itself (per-node playbook Jobs), not by a DaemonSet and a deploy label.
+JOB_SERVICES: frozenset[str] = frozenset({"driver"})
 
 LABEL_PREFIX = "gpuop.dev/"
 # A deploy label set to `paused-for-<reason>` (config-manager: `paused-for-config-change`, driver
@@ -36,6 +38,8 @@ NVIDIA_PRESENT = "feature.node.kubernetes.io/pci-10de.present"
 DISCOVERED = "discovered"
 DRIVER_INSTALLING = "driver-installing"
 OPERANDS_ROLLING = "operands-rolling"
+DRIVER_UPGRADING = "driver-upgrading"
+DRIVER_FAILED = "driver-failed"
 READY = "ready"
 REMOVING = "removing"
 
@@ -50,6 +54,11 @@ class NodeInfo:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # What the driver lifecycle needs of the node (views.trim_node keeps these).
+    unschedulable: bool = False  # spec.unschedulable, whoever set it
+    ready: bool = True  # the Ready condition
+    boot_id: str = ""  # status.nodeInfo.bootID: changes on every reboot
+    gpus_allocatable: int = 0  # sum of status.allocatable GPU resources (whole GPUs and partitions)
 
     def vendors(self) -> frozenset[str]:
         """GPU vendors NFD found on the node (PCI presence labels)."""
@@ -73,11 +82,12 @@ class PodInfo:
 
 @dataclass(frozen=True)
 class NodePatch:
-    """One merge patch of a node's labels and annotations (None deletes a key)."""
+    """One merge patch of a node's labels and annotations (None deletes a key), and its cordon."""
 
     node: str
     labels: Mapping[str, str | None] = field(default_factory=dict)
     annotations: Mapping[str, str | None] = field(default_factory=dict)
+    unschedulable: bool | None = None  # None: leave spec.unschedulable alone
 
     def body(self) -> dict[str, object]:
         metadata: dict[str, object] = {}
@@ -85,4 +95,8 @@ class NodePatch:
             metadata["labels"] = dict(self.labels)
         if self.annotations:
             metadata["annotations"] = dict(self.annotations)
-        return {"metadata": metadata}
+        body: dict[str, object] = {"metadata": metadata}
+        if self.unschedulable is not None:
+            # null, not false, uncordons: the field is then absent, as `kubectl uncordon` leaves it.
+            body["spec"] = {"unschedulable": True if self.unschedulable else None}
+        return body

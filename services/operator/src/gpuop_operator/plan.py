@@ -18,7 +18,10 @@ from gpuop_common.kube import label_changes
 
 from gpuop_operator.model import (
     DISCOVERED,
+    DRIVER_FAILED,
     DRIVER_INSTALLING,
+    DRIVER_UPGRADING,
+    JOB_SERVICES,
     OPERANDS_ROLLING,
     OWNER_ANNOTATION,
     PAUSED_PREFIX,
@@ -32,6 +35,7 @@ from gpuop_operator.model import (
     deploy_label,
 )
 from gpuop_operator.selector import matches
+from gpuop_operator.upgrade import IN_FLIGHT, STATE_LABEL, UpgradeState, parse_state
 
 
 @dataclass(frozen=True)
@@ -103,20 +107,40 @@ def _advance(
     stages: Sequence[tuple[str, ...]],
     pods: PodIndex,
     awaited: Collection[str],
+    *,
+    driver_ready: Collection[str],
 ) -> NodePlan:
-    """Next step for a selected node: add deploy labels up to the first stage not Ready yet."""
+    """Next step for a selected node: add deploy labels up to the first stage not Ready yet.
+
+    The driver stage has no DaemonSet: it is done when `driver_ready` names the node (its playbook
+    Job installed the driver, driverflow)."""
     enabled = {service for stage in stages for service in stage}
     desired: dict[str, str | None] = {
-        deploy_label(service): None for stage in STAGES for service in stage if service not in enabled
+        deploy_label(service): None
+        for stage in STAGES
+        for service in stage
+        if service not in enabled and service not in JOB_SERVICES
     }
     lifecycle = READY
     for stage in stages:
         for service in stage:
+            if service in JOB_SERVICES:
+                continue
             if not node.labels.get(deploy_label(service), "").startswith(PAUSED_PREFIX):
                 desired[deploy_label(service)] = "true"
-        if not all((node.name, service) in pods.ready for service in stage if service in awaited):
+        done = all(
+            node.name in driver_ready if service in JOB_SERVICES else (node.name, service) in pods.ready
+            for service in stage
+            if service in awaited or service in JOB_SERVICES
+        )
+        if not done:
             lifecycle = DRIVER_INSTALLING if "driver" in stage else OPERANDS_ROLLING
             break
+    upgrade = parse_state(node.labels.get(STATE_LABEL))
+    if "driver" in enabled and upgrade in IN_FLIGHT:
+        lifecycle = DRIVER_UPGRADING
+    elif "driver" in enabled and upgrade is UpgradeState.FAILED:
+        lifecycle = DRIVER_FAILED
     annotations: dict[str, str | None] = {OWNER_ANNOTATION: owner, STAGE_ANNOTATION: lifecycle}
     return NodePlan(node.name, lifecycle, _with_changes(node, desired, annotations))
 
@@ -124,7 +148,11 @@ def _advance(
 def _teardown(node: NodeInfo, pods: PodIndex) -> NodePlan:
     """Next step for a node leaving this DeviceConfig: drop the last stage first, wait for its pods."""
     for stage in reversed(STAGES):
-        labelled = [service for service in stage if deploy_label(service) in node.labels]
+        labelled = [
+            service
+            for service in stage
+            if service not in JOB_SERVICES and deploy_label(service) in node.labels
+        ]
         if labelled:
             removal: dict[str, str | None] = {deploy_label(service): None for service in labelled}
             return NodePlan(node.name, REMOVING, _with_changes(node, removal, {STAGE_ANNOTATION: REMOVING}))
@@ -145,13 +173,14 @@ def plan_rollout(
     pods: Iterable[PodInfo] | PodIndex,
     *,
     installed: Collection[str] | None = None,
+    driver_ready: Collection[str] = (),
 ) -> RolloutPlan:
     """Plan one reconcile of DeviceConfig `owner` ("<namespace>/<name>").
 
     `spec` None means the DeviceConfig is being deleted: every node it holds is torn down.
     `installed` lists the operands that have a DaemonSet; readiness is only awaited for those, so a
     missing chart does not stall every node (the status reports it as Degraded instead). None means
-    every operand is installed."""
+    every operand is installed. `driver_ready`: nodes whose driver stage is done (driverflow)."""
     index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
     stages = enabled_stages(spec) if spec is not None else []
     awaited = set(installed) if installed is not None else {s for stage in STAGES for s in stage}
@@ -160,22 +189,28 @@ def plan_rollout(
         selected = spec is not None and matches(spec.selector, node.labels)
         holder = node.annotations.get(OWNER_ANNOTATION)
         if selected and holder in (None, owner):
-            plans.append(_advance(node, owner, stages, index, awaited))
+            plans.append(_advance(node, owner, stages, index, awaited, driver_ready=driver_ready))
         elif holder == owner:
             plans.append(_teardown(node, index))
         elif selected and holder is not None:
             # Held by another DeviceConfig that is releasing it: wait until it has.
             plans.append(NodePlan(node.name, DISCOVERED, None))
-    return RolloutPlan(tuple(plans), _operand_counts(plans, stages, index))
+    return RolloutPlan(tuple(plans), _operand_counts(plans, stages, index, driver_ready))
 
 
 def _operand_counts(
-    plans: Sequence[NodePlan], stages: Sequence[tuple[str, ...]], pods: PodIndex
+    plans: Sequence[NodePlan],
+    stages: Sequence[tuple[str, ...]],
+    pods: PodIndex,
+    driver_ready: Collection[str],
 ) -> dict[str, tuple[int, int]]:
     selected = [plan.node for plan in plans if plan.stage != REMOVING]
     counts = {}
     for stage in stages:
         for service in stage:
-            ready = sum(1 for node in selected if (node, service) in pods.ready)
+            if service in JOB_SERVICES:
+                ready = sum(1 for node in selected if node in driver_ready)
+            else:
+                ready = sum(1 for node in selected if (node, service) in pods.ready)
             counts[service] = (len(selected), ready)
     return counts

@@ -18,14 +18,19 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import ansible_runner
 import yaml
-from gpuop_common.config.driver import DriverConfig
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from gpuop_operator.jobresult import STDERR_TAIL_CHARS, PlaybookName, PlaybookSummary, TaskFailure
+from gpuop_operator.jobresult import (
+    STDERR_TAIL_CHARS,
+    PlaybookName,
+    PlaybookSummary,
+    PlaybookVars,
+    TaskFailure,
+)
 
 BUILTIN_DIR = Path(__file__).parent / "playbooks"
 PLAYBOOK_NAMES: tuple[str, ...] = get_args(PlaybookName)
@@ -36,30 +41,6 @@ _FAILED_EVENTS = ("runner_on_failed", "runner_on_unreachable")
 
 class PlaybookError(Exception):
     """A run could not start: bad input file, unknown playbook, broken override. Exit code 2."""
-
-
-class PlaybookVars(BaseModel):
-    """The extra-vars file the operator writes for a Job (the DeviceConfig's `driver` and the vendor)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    vendor: Literal["amd", "nvidia"] = Field(description="GPU vendor of the node.")
-    driver: DriverConfig = Field(default_factory=DriverConfig, description="DeviceConfig spec.driver.")
-    host_exec: str | None = Field(
-        None,
-        alias="hostExec",
-        min_length=1,
-        description="Prefix of every host command; default `chroot <host root>`.",
-    )
-    container_runtime: Literal["auto", "containerd", "crio", "none"] = Field(
-        "auto", alias="containerRuntime", description="Runtime to enable CDI in; auto: the active one."
-    )
-    cdi_spec_dirs: list[str] = Field(
-        default_factory=lambda: ["/etc/cdi", "/var/run/cdi"],
-        alias="cdiSpecDirs",
-        min_length=1,
-        description="Directories the runtime searches for CDI specs (the device plugin writes /var/run/cdi).",
-    )
 
 
 def load_vars_file(path: Path) -> PlaybookVars:

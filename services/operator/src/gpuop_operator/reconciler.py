@@ -25,10 +25,23 @@ from kubernetes.client.exceptions import ApiException
 from gpuop_operator import views
 from gpuop_operator.cache import WatchCache, object_key
 from gpuop_operator.crd import GROUP, KIND, VERSION
+from gpuop_operator.driverflow import DriverPlan, FailedRun, plan_driver
+from gpuop_operator.driverflow import installed as driver_installed
+from gpuop_operator.driverio import DriverWriter, pods_to_drain, read_failed_run
+from gpuop_operator.driverjob import (
+    COMPONENT,
+    COMPONENT_LABEL,
+    DEFAULT_JOB_IMAGE,
+    JobSettings,
+    JobView,
+    job_view,
+    trim_job,
+)
 from gpuop_operator.kubeio import (
     CONFIGMAPS,
     DAEMONSETS,
     DEVICECONFIGS,
+    JOBS,
     JSON_PATCH,
     MERGE_PATCH,
     NODES,
@@ -36,10 +49,24 @@ from gpuop_operator.kubeio import (
     KubeJson,
 )
 from gpuop_operator.metrics import OperatorMetrics
-from gpuop_operator.model import FINALIZER, OWNER_ANNOTATION, SUPPORTED_SERVICES, NodePatch
+from gpuop_operator.model import (
+    FINALIZER,
+    JOB_SERVICES,
+    OWNER_ANNOTATION,
+    SUPPORTED_SERVICES,
+    NodeInfo,
+    NodePatch,
+)
 from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout
 from gpuop_operator.projection import config_map_name, plan_config_map
-from gpuop_operator.status import build_status, invalid_conditions, rollout_conditions, transitions
+from gpuop_operator.selector import matches
+from gpuop_operator.status import (
+    build_status,
+    driver_status,
+    invalid_conditions,
+    rollout_conditions,
+    transitions,
+)
 from gpuop_operator.validation import DeviceConfigRef, Validation, selector_of, validate
 
 log = logging.getLogger(__name__)
@@ -62,6 +89,9 @@ class ReconcilerSettings:
     # After a change wakes the loop, wait this long for more: a burst of pod and node events (a
     # DaemonSet rolling onto 1,000 nodes) then costs a few passes instead of one per event.
     coalesce: float = 0.05
+    # The per-node driver Jobs (image, service account, host_exec); None: the defaults (the
+    # operator's published image, `chroot /host`).
+    jobs: JobSettings | None = None
 
 
 def _now() -> str:
@@ -105,7 +135,31 @@ class Reconciler:
         self.configmaps = WatchCache(
             kube, CONFIGMAPS, mark, namespace=ns, label_selector=instance, transform=views.trim_config_map
         )
-        self._caches = (self.deviceconfigs, self.nodes, self.pods, self.daemonsets, self.configmaps)
+        self.jobs = WatchCache(
+            kube,
+            JOBS,
+            mark,
+            namespace=ns,
+            label_selector=f"{COMPONENT_LABEL}={COMPONENT},{instance}",
+            transform=trim_job,
+        )
+        self._caches = (
+            self.deviceconfigs,
+            self.nodes,
+            self.pods,
+            self.daemonsets,
+            self.configmaps,
+            self.jobs,
+        )
+        self._failed_runs: dict[str, FailedRun] = {}  # failed Job uid -> what its pod reported
+        self._wake_at = 0.0  # monotonic time a timed driver step is due; 0 when none
+        job_settings = settings.jobs or JobSettings(
+            namespace=ns, release=settings.release, image=DEFAULT_JOB_IMAGE
+        )
+        self.job_settings = job_settings
+        self.driver_writer = DriverWriter(
+            kube, job_settings, events, lambda kind: self.metrics.writes.labels(kind).inc(), dry_run=dry_run
+        )
         self._status_written: dict[str, float] = {}
         self._status_due = 0.0  # monotonic time of a held-back status write; 0 when none
         self._pool = ThreadPoolExecutor(max_workers=max(1, settings.workers), thread_name_prefix="node-write")
@@ -140,7 +194,9 @@ class Reconciler:
         backoff = 0.0
         next_resync = time.monotonic() + self.settings.resync_interval
         while not stopping(0):
-            due = self._status_due and time.monotonic() >= self._status_due
+            due = (self._status_due and time.monotonic() >= self._status_due) or (
+                self._wake_at and time.monotonic() >= self._wake_at
+            )
             if not self.dirty.wait(tick) and time.monotonic() < next_resync and not due:
                 continue
             if not self.leading.is_set() or not self.synced():
@@ -172,6 +228,7 @@ class Reconciler:
         """One pass over every DeviceConfig; True when every write succeeded."""
         started = time.monotonic()
         self._status_due = 0.0
+        self._wake_at = 0.0
         self.passes += 1
         self.metrics.reconciles.inc()
         nodes = [views.node_info(obj) for obj in self.nodes.items()]
@@ -219,16 +276,73 @@ class Reconciler:
             self._write_status(obj, status, warning=True)
             self.metrics.deviceconfig_ready.labels(owner).set(0)
             return True
-        plan = plan_rollout(owner, result.spec, nodes, pods, installed=installed)
-        ok = self._apply(plan)
-        enabled = {service for stage in enabled_stages(result.spec) for service in stage}
-        missing = (enabled & SUPPORTED_SERVICES) - installed
+        spec = result.spec
+        ok = True
+        driver_ready: set[str] = set()
+        driver_plan: DriverPlan | None = None
+        if spec.driver.enable:
+            ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods)
+            driver_ready = {n.name for n in nodes if driver_installed(n)}
+        plan = plan_rollout(owner, spec, nodes, pods, installed=installed, driver_ready=driver_ready)
+        ok &= self._apply(plan)
+        enabled = {service for stage in enabled_stages(spec) for service in stage}
+        missing = (enabled & SUPPORTED_SERVICES) - installed - JOB_SERVICES
         conditions = rollout_conditions(plan, missing)
         status = build_status(generation, conditions, plan, previous, _now())
+        if driver_plan is not None:
+            status["driver"] = driver_status(spec.driver, driver_plan.states)
+            self.metrics.set_driver_states(owner, status["driver"]["states"])
         self._write_status(obj, status, warning=bool(missing))
         self.metrics.set_stages(owner, status.get("stages") or {})
         self.metrics.deviceconfig_ready.labels(owner).set(1 if conditions[0].status else 0)
         return ok
+
+    def _drive(
+        self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo], pods: PodIndex
+    ) -> tuple[bool, DriverPlan, list[NodeInfo]]:
+        """One pass of the driver lifecycle of this DeviceConfig's nodes; the nodes as they are after."""
+        selected = [
+            n
+            for n in nodes
+            if matches(spec.selector, n.labels) and n.annotations.get(OWNER_ANNOTATION) in (None, owner)
+        ]
+        jobs: dict[tuple[str, str], JobView] = {}
+        for obj in self.jobs.items():
+            view = job_view(obj)
+            if view is not None:
+                jobs[(view.node, view.operation)] = view
+        ok = True
+        for view in jobs.values():
+            if view.phase == "failed" and view.uid not in self._failed_runs:
+                try:
+                    self._failed_runs[view.uid] = read_failed_run(self.kube, view, self.settings.namespace)
+                except _API_ERRORS as exc:
+                    ok = False
+                    log.warning(
+                        "reading a failed Job's pod failed", extra={"job": view.name, "error": _describe(exc)}
+                    )
+        try:
+            node_pods = pods_to_drain(self.kube, selected)
+        except _API_ERRORS as exc:
+            log.warning("listing pods to drain failed", extra={"error": _describe(exc)})
+            return False, DriverPlan(), list(nodes)
+        plan = plan_driver(
+            spec.driver,
+            selected,
+            jobs,
+            node_pods=node_pods,
+            operand_pods=pods.present,
+            failed_runs=self._failed_runs,
+            now=time.time(),
+            job_deadline_s=float(self.job_settings.deadline_seconds),
+        )
+        ok &= self.driver_writer.apply(plan, spec.driver)
+        ok &= self._apply(RolloutPlan(), extra=plan.patches)
+        if plan.wake_after is not None:
+            due = time.monotonic() + plan.wake_after
+            self._wake_at = min(self._wake_at or due, due)
+        after = {n.name: n for n in (views.node_info(obj) for obj in self.nodes.items())}
+        return ok, plan, [after.get(n.name, n) for n in nodes]
 
     def _finalize(self, obj: JsonObj, nodes: Sequence[Any], pods: PodIndex) -> None:
         owner = object_key(obj)
@@ -257,8 +371,8 @@ class Reconciler:
         self._event(obj, "Cleaned", "removed gpuop labels from every node; finalizer released", "Normal")
 
     # -- writes ----------------------------------------------------------------------------------
-    def _apply(self, plan: RolloutPlan) -> bool:
-        steps = plan.steps
+    def _apply(self, plan: RolloutPlan, extra: Sequence[NodePatch] = ()) -> bool:
+        steps = [*plan.steps, *extra]
         if not steps:
             return True
         results = list(self._pool.map(self._patch_node, steps))

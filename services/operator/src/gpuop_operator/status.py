@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuop_common.config import OPERAND_SECTIONS
+from gpuop_common.config.driver import DriverConfig
 
+from gpuop_operator.driverflow import DriverNodeState, desired_version
 from gpuop_operator.model import READY, REMOVING
 from gpuop_operator.plan import RolloutPlan
 from gpuop_operator.validation import Validation
@@ -108,7 +110,7 @@ def build_status(
         "conditions": [c.to_wire(generation, now, old.get(c.type)) for c in conditions],
     }
     if plan is None:
-        for key in ("selectedNodes", "readyNodes", "operands", "stages", "nodes"):
+        for key in ("selectedNodes", "readyNodes", "operands", "stages", "nodes", "driver"):
             if key in previous:
                 status[key] = previous[key]
         return status
@@ -123,6 +125,23 @@ def build_status(
     status["stages"] = dict(sorted(Counter(stages.values()).items()))
     status["nodes"] = dict(sorted(stages.items()))
     return status
+
+
+def driver_status(driver: DriverConfig, states: Mapping[str, DriverNodeState]) -> JsonObj:
+    """`status.driver`: the wanted version, each node's driver state and version, counts per state,
+    and a one-line summary for the `Driver` printer column."""
+    want = desired_version(driver)
+    at = sum(1 for state in states.values() if state.version == want)
+    nodes = {
+        name: {k: v for k, v in (("state", s.state), ("version", s.version), ("message", s.message)) if v}
+        for name, s in sorted(states.items())
+    }
+    return {
+        "version": want,
+        "summary": f"{at}/{len(states)} at {want}",
+        "states": dict(sorted(Counter(s.state for s in states.values()).items())),
+        "nodes": nodes,
+    }
 
 
 def transitions(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[JsonObj]:

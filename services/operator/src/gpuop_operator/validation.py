@@ -116,6 +116,15 @@ def unsupported_sections(spec: DeviceConfigSpec) -> list[Problem]:
                     f"spec.{key}.enable: the {service} operand is not available in this gpuop release",
                 )
             )
+    if spec.driver.enable and spec.driver.driver_type != "container":
+        # The playbooks install the host driver; MxGPU VF and PF passthrough set-ups are not built.
+        problems.append(
+            Problem(
+                UNSUPPORTED,
+                f"spec.driver.driverType: {spec.driver.driver_type!r} is not supported by the driver "
+                "playbooks of this gpuop release (only 'container', the host driver)",
+            )
+        )
     return problems
 
 

@@ -16,12 +16,39 @@ def _meta(obj: JsonObj, *keys: str) -> JsonObj:
     return {key: meta[key] for key in keys if key in meta}
 
 
+# Extended resources that are GPUs or GPU partitions (device plugin names, both vendors).
+GPU_RESOURCE_PREFIXES = ("amd.com/", "nvidia.com/")
+
+
 def trim_node(obj: JsonObj) -> JsonObj:
-    """Name, labels (selectors match any of them) and only our own annotations."""
+    """Name, labels (selectors match any of them), only our own annotations, and what the driver
+    lifecycle reads: the cordon, Ready, the boot id and the GPUs in allocatable."""
     meta = _meta(obj, "name", "resourceVersion", "labels")
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     meta["annotations"] = {k: v for k, v in annotations.items() if k.startswith(LABEL_PREFIX)}
-    return {"metadata": meta}
+    status = obj.get("status") or {}
+    ready = next(
+        (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), "Unknown"
+    )
+    allocatable = {
+        k: v for k, v in (status.get("allocatable") or {}).items() if k.startswith(GPU_RESOURCE_PREFIXES)
+    }
+    return {
+        "metadata": meta,
+        "spec": {"unschedulable": bool((obj.get("spec") or {}).get("unschedulable"))},
+        "status": {
+            "ready": ready == "True",
+            "bootID": str((status.get("nodeInfo") or {}).get("bootID", "")),
+            "gpus": allocatable,
+        },
+    }
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
 
 
 def _pod_ready(obj: JsonObj) -> bool:
@@ -55,9 +82,18 @@ def trim_config_map(obj: JsonObj) -> JsonObj:
 
 
 def node_info(obj: JsonObj) -> NodeInfo:
+    """From a trimmed node (or a full one: a node written by us goes into the cache untrimmed)."""
     meta = obj.get("metadata") or {}
+    trimmed = obj if "ready" in (obj.get("status") or {}) else trim_node(obj)
+    status = trimmed.get("status") or {}
     return NodeInfo(
-        str(meta.get("name", "")), dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
+        str(meta.get("name", "")),
+        dict(meta.get("labels") or {}),
+        dict(meta.get("annotations") or {}),
+        unschedulable=bool((trimmed.get("spec") or {}).get("unschedulable")),
+        ready=bool(status.get("ready")),
+        boot_id=str(status.get("bootID", "")),
+        gpus_allocatable=sum(_count(v) for v in (status.get("gpus") or {}).values()),
     )
 
 

@@ -1,0 +1,432 @@
+"""The driver lifecycle of the nodes of one DeviceConfig: install, then rolling upgrades (pure).
+
+`plan_driver` looks at the selected nodes, the driver Jobs and (for nodes being drained) the pods
+on them, and returns the writes that move each node one step; the reconciler sends them. Everything
+it needs to resume lives on the Node (labels and annotations below), so a restarted operator picks
+up where the last one stopped and repeats no finished step.
+
+- Install: a node with no `gpuop.dev/driver.version` gets the driver-install Job; success writes the
+  label (the node's operands then roll out), failure marks the node `upgrade-failed` with the task's
+  error in an Event and an annotation, until a person sets the state back to `upgrade-required`.
+- Upgrade: a node whose installed version differs from `spec.driver.version` becomes
+  `upgrade-required`; `upgrade.plan_upgrades` starts nodes within the bounds, and each walks
+  cordon -> drain (Eviction API, PDB refusals retried until the timeout; or only GPU pods deleted)
+  -> pause its GPU operands -> the install Job -> reboot (bootID must change) -> resume operands and
+  wait for the GPUs in allocatable -> uncordon (not a node an admin had cordoned) -> `upgrade-done`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuop_common.config.driver import DriverConfig
+
+from gpuop_operator.drain import NodePod, plan_drain
+from gpuop_operator.driverjob import JobView, Operation
+from gpuop_operator.model import PAUSED_PREFIX, STAGES, NodeInfo, NodePatch, deploy_label
+from gpuop_operator.upgrade import STATE_LABEL, NodeView, UpgradeState, parse_state, plan_upgrades
+
+VERSION_LABEL = "gpuop.dev/driver.version"
+SINCE = "gpuop.dev/driver-upgrade.since"  # epoch seconds the current step began
+ADMIN_CORDON = "gpuop.dev/driver-upgrade.admin-cordoned"
+PAUSED = "gpuop.dev/driver-upgrade.paused"  # operands this upgrade paused, comma-separated
+BOOT_ID = "gpuop.dev/driver-upgrade.boot-id"  # bootID before the reboot
+FAILURE = "gpuop.dev/driver.failure"  # why the last install/upgrade failed
+REPORTED = "gpuop.dev/driver.reported"  # uid of the failed Job whose Events were sent
+PAUSE_VALUE = f"{PAUSED_PREFIX}driver-upgrade"
+DEFAULT_VERSION = "default"  # label value when spec.driver.version is empty (the OS's default)
+VALIDATE_TIMEOUT_S = 600.0
+RETRY_S = 5.0  # a refused eviction is tried again this soon
+STEP_ANNOTATIONS = (SINCE, ADMIN_CORDON, PAUSED, BOOT_ID)
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    node: str
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class DriverNodeState:
+    state: str  # installing, installed, upgrade-required, cordoned, ..., upgrade-done, upgrade-failed
+    version: str  # installed version, "" when none
+    message: str = ""
+
+
+@dataclass
+class DriverPlan:
+    patches: list[NodePatch] = field(default_factory=list)
+    create_jobs: list[tuple[str, Operation, str]] = field(default_factory=list)  # node, op, vendor
+    delete_jobs: list[JobView] = field(default_factory=list)
+    evict: list[NodePod] = field(default_factory=list)
+    delete_pods: list[NodePod] = field(default_factory=list)
+    events: list[NodeEvent] = field(default_factory=list)
+    states: dict[str, DriverNodeState] = field(default_factory=dict)
+    wake_after: float | None = None  # seconds until a time-based step is due again
+    failures: dict[str, str] = field(default_factory=dict)  # failed Job uid -> node: its pod not read yet
+
+    def wake(self, seconds: float) -> None:
+        self.wake_after = seconds if self.wake_after is None else min(self.wake_after, seconds)
+
+
+def desired_version(driver: DriverConfig) -> str:
+    return driver.version or DEFAULT_VERSION
+
+
+def installed(node: NodeInfo) -> bool:
+    """The driver stage is done on this node: some version installed by us (an upgrade pauses the
+    operands itself, so a node mid-upgrade does not fall back to `driver-installing`)."""
+    return bool(node.labels.get(VERSION_LABEL))
+
+
+def _since(node: NodeInfo) -> float:
+    try:
+        return float(node.annotations.get(SINCE, "0"))
+    except ValueError:
+        return 0.0
+
+
+def _operand_labels(node: NodeInfo) -> list[str]:
+    return [
+        deploy_label(service)
+        for stage in STAGES
+        for service in stage
+        if node.labels.get(deploy_label(service)) == "true"
+    ]
+
+
+def _vendor(node: NodeInfo) -> str | None:
+    vendors = node.vendors()
+    return next(iter(vendors)) if len(vendors) == 1 else None
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """What the reconciler read from a failed Job's pod: one line per failed task."""
+
+    summary: str
+    tasks: tuple[tuple[str, str], ...] = ()  # (task name, stderr tail or message)
+
+
+class _Planner:
+    def __init__(
+        self,
+        *,
+        driver: DriverConfig,
+        jobs: Mapping[tuple[str, str], JobView],
+        node_pods: Mapping[str, Sequence[NodePod]],
+        operand_pods: frozenset[tuple[str, str]],
+        failed_runs: Mapping[str, FailedRun],
+        now: float,
+        job_deadline_s: float,
+    ) -> None:
+        self.driver = driver
+        self.want = desired_version(driver)
+        self.policy = driver.upgrade_policy
+        self.jobs = jobs
+        self.node_pods = node_pods
+        self.operand_pods = operand_pods
+        self.failed_runs = failed_runs
+        self.now = now
+        self.job_deadline_s = job_deadline_s
+        self.plan = DriverPlan()
+
+    # ---------------------------------------------------------------- helpers
+    def _patch(
+        self,
+        node: NodeInfo,
+        state: UpgradeState | None,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+        unschedulable: bool | None = None,
+        event: tuple[str, str, bool] | None = None,
+    ) -> None:
+        all_labels: dict[str, str | None] = {STATE_LABEL: state.value if state else None}
+        all_labels.update(labels or {})
+        all_annotations: dict[str, str | None] = {SINCE: str(int(self.now))}
+        all_annotations.update(annotations or {})
+        label_diff = {k: v for k, v in all_labels.items() if node.labels.get(k) != v}
+        annotation_diff = {k: v for k, v in all_annotations.items() if node.annotations.get(k) != v}
+        if unschedulable is not None and unschedulable == node.unschedulable:
+            unschedulable = None
+        if label_diff or annotation_diff or unschedulable is not None:
+            self.plan.patches.append(NodePatch(node.name, label_diff, annotation_diff, unschedulable))
+        if event is not None:
+            self.plan.events.append(NodeEvent(node.name, event[0], event[1], event[2]))
+
+    def _state(self, node: NodeInfo, state: str, message: str = "") -> None:
+        self.plan.states[node.name] = DriverNodeState(state, node.labels.get(VERSION_LABEL, ""), message)
+
+    def _job(self, node: NodeInfo, operation: Operation, vendor: str) -> JobView | None:
+        """The node's Job for `operation` and the wanted version; asks for it when missing."""
+        job = self.jobs.get((node.name, operation))
+        if job is not None and job.deleting:
+            return None  # the old one is going; create the new one after
+        if job is not None and operation == "driver-install" and job.version != self.driver.version:
+            self.plan.delete_jobs.append(job)
+            return None
+        if job is None:
+            self.plan.create_jobs.append((node.name, operation, vendor))
+        return job
+
+    def _drop_jobs(self, node: NodeInfo) -> None:
+        for operation in ("driver-install", "node-reboot"):
+            job = self.jobs.get((node.name, operation))
+            if job is not None and not job.deleting:
+                self.plan.delete_jobs.append(job)
+
+    def _fail(self, node: NodeInfo, why: str, job: JobView | None = None) -> None:
+        run = self.failed_runs.get(job.uid) if job is not None else None
+        message = f"{why}: {run.summary}" if run and run.summary else why
+        reported = node.annotations.get(REPORTED)
+        annotations: dict[str, str | None] = {FAILURE: message[:1000]}
+        if job is not None:
+            annotations[REPORTED] = job.uid
+        install = not node.labels.get(VERSION_LABEL)
+        reason = "DriverInstallFailed" if install else "DriverUpgradeFailed"
+        if job is None or reported != job.uid:
+            for task, detail in run.tasks if run else ():
+                self.plan.events.append(
+                    NodeEvent(node.name, reason, f"task {task!r} failed: {detail}"[:1000], True)
+                )
+        self._patch(node, UpgradeState.FAILED, annotations=annotations, event=(reason, message[:1000], True))
+        self._state(node, UpgradeState.FAILED.value, message)
+
+    # ---------------------------------------------------------------- per node
+    def install(self, node: NodeInfo, vendor: str) -> None:
+        job = self._job(node, "driver-install", vendor)
+        if job is None or job.phase == "running":
+            self._state(node, "installing")
+            return
+        if job.phase == "failed":
+            if job.uid not in self.failed_runs:
+                self.plan.failures[job.uid] = node.name  # read its pod first, then fail
+                self._state(node, "installing")
+                return
+            self._fail(node, f"driver install Job {job.name} failed ({job.reason or 'Failed'})", job)
+            return
+        self._patch(
+            node,
+            None,
+            labels={VERSION_LABEL: self.want},
+            annotations={FAILURE: None, SINCE: None},
+            event=("DriverInstalled", f"driver {self.want} installed by Job {job.name}", False),
+        )
+        self._state(node, "installed")
+
+    def step(self, node: NodeInfo, state: UpgradeState, vendor: str) -> None:
+        """One step of a node already in the upgrade walk (started by the planner)."""
+        if state is UpgradeState.CORDONED:
+            self._drop_jobs(node)  # a new walk never reuses an old run's Job
+            self._patch(node, UpgradeState.DRAINING)
+            self._state(node, UpgradeState.DRAINING.value)
+        elif state is UpgradeState.DRAINING:
+            self._drain(node)
+        elif state is UpgradeState.POD_RESTART:
+            self._pause(node)
+        elif state is UpgradeState.UPGRADING:
+            self._upgrade(node, vendor)
+        elif state is UpgradeState.REBOOTING:
+            self._reboot(node, vendor)
+        elif state is UpgradeState.VALIDATING:
+            self._validate(node)
+        else:
+            raise ValueError(f"{state} is not a step in flight")
+
+    def start(self, node: NodeInfo) -> None:
+        """upgrade-required -> cordoned: remember an admin's cordon, then cordon."""
+        self._patch(
+            node,
+            UpgradeState.CORDONED,
+            annotations={ADMIN_CORDON: "true" if node.unschedulable else None, FAILURE: None, REPORTED: None},
+            unschedulable=True,
+            event=("DriverUpgradeStarted", f"upgrading the driver to {self.want}: node cordoned", False),
+        )
+        self._state(node, UpgradeState.CORDONED.value)
+
+    def _drain(self, node: NodeInfo) -> None:
+        policy = self.policy
+        drain_set = "node_drain_policy" in policy.model_fields_set
+        gpu_only = not drain_set and "pod_deletion_policy" in policy.model_fields_set
+        chosen = policy.pod_deletion_policy if gpu_only else policy.node_drain_policy
+        drain = policy.node_drain_policy
+        step = plan_drain(
+            self.node_pods.get(node.name, ()),
+            gpu_pods_only=gpu_only,
+            force=chosen.force,
+            ignore_daemon_sets=drain.ignore_daemon_sets,
+            ignore_namespaces=drain.ignore_namespaces if not gpu_only else (),
+        )
+        if step.refused:
+            names = ", ".join(p.key for p in step.refused)
+            self._fail(node, f"drain refused: {names} not managed by a controller (set force to delete it)")
+            return
+        if step.done:
+            self._patch(node, UpgradeState.POD_RESTART)
+            self._state(node, UpgradeState.POD_RESTART.value)
+            return
+        elapsed = self.now - _since(node)
+        if chosen.timeout_seconds and elapsed >= chosen.timeout_seconds:
+            names = ", ".join(p.key for p in (*step.remove, *step.waiting)[:10])
+            self._fail(node, f"drain timed out after {chosen.timeout_seconds}s; still on the node: {names}")
+            return
+        (self.plan.delete_pods if gpu_only else self.plan.evict).extend(step.remove)
+        self.plan.wake(RETRY_S)
+        self._state(node, UpgradeState.DRAINING.value, f"{len(step.remove) + len(step.waiting)} pod(s) to go")
+
+    def _pause(self, node: NodeInfo) -> None:
+        running = _operand_labels(node)
+        paused = [s for s in node.annotations.get(PAUSED, "").split(",") if s]
+        if running:
+            self._patch(
+                node,
+                UpgradeState.POD_RESTART,
+                labels=dict.fromkeys(running, PAUSE_VALUE),
+                annotations={
+                    PAUSED: ",".join(sorted({*paused, *running})),
+                    SINCE: node.annotations.get(SINCE),
+                },
+            )
+            self._state(node, UpgradeState.POD_RESTART.value, "pausing the GPU operands")
+            return
+        services = {label.removeprefix("gpuop.dev/deploy.") for label in paused}
+        left = sorted(s for (n, s) in self.operand_pods if n == node.name and s in services)
+        if left:
+            self._state(node, UpgradeState.POD_RESTART.value, f"waiting for {', '.join(left)} to stop")
+            return
+        self._patch(node, UpgradeState.UPGRADING)
+        self._state(node, UpgradeState.UPGRADING.value)
+
+    def _upgrade(self, node: NodeInfo, vendor: str) -> None:
+        job = self._job(node, "driver-install", vendor)
+        if job is None or job.phase == "running":
+            self._state(node, UpgradeState.UPGRADING.value, f"driver {self.want} installing")
+            return
+        if job.phase == "failed":
+            if job.uid not in self.failed_runs:
+                self.plan.failures[job.uid] = node.name
+                self._state(node, UpgradeState.UPGRADING.value)
+                return
+            self._fail(node, f"driver upgrade Job {job.name} failed ({job.reason or 'Failed'})", job)
+            return
+        if self.policy.reboot_required:
+            self._patch(
+                node,
+                UpgradeState.REBOOTING,
+                labels={VERSION_LABEL: self.want},
+                annotations={BOOT_ID: node.boot_id},
+            )
+            self._state(node, UpgradeState.REBOOTING.value)
+        else:
+            self._resume(node, labels={VERSION_LABEL: self.want})
+
+    def _reboot(self, node: NodeInfo, vendor: str) -> None:
+        before = node.annotations.get(BOOT_ID, "")
+        if node.boot_id and node.boot_id != before and node.ready:
+            job = self.jobs.get((node.name, "node-reboot"))
+            if job is not None and not job.deleting:
+                self.plan.delete_jobs.append(job)
+            self._resume(node)
+            return
+        if self.now - _since(node) >= self.job_deadline_s:
+            self._fail(node, f"node did not come back with a new bootID within {int(self.job_deadline_s)}s")
+            return
+        self._job(node, "node-reboot", vendor)
+        self.plan.wake(max(1.0, self.job_deadline_s - (self.now - _since(node))))
+        self._state(node, UpgradeState.REBOOTING.value, "waiting for a new bootID and Ready")
+
+    def _resume(self, node: NodeInfo, labels: Mapping[str, str | None] | None = None) -> None:
+        """Operands back (the ones this upgrade paused), then validate."""
+        paused = [s for s in node.annotations.get(PAUSED, "").split(",") if s]
+        resume: dict[str, str | None] = {
+            label: "true" for label in paused if node.labels.get(label) == PAUSE_VALUE
+        }
+        self._patch(
+            node, UpgradeState.VALIDATING, labels={**resume, **(labels or {})}, annotations={PAUSED: None}
+        )
+        self._state(node, UpgradeState.VALIDATING.value)
+
+    def _validate(self, node: NodeInfo) -> None:
+        if node.ready and node.gpus_allocatable > 0:
+            self._patch(
+                node,
+                UpgradeState.DONE,
+                annotations=dict.fromkeys(STEP_ANNOTATIONS, None),
+                unschedulable=False if node.annotations.get(ADMIN_CORDON) != "true" else None,
+                event=("DriverUpgraded", f"driver {self.want} running; GPUs back in allocatable", False),
+            )
+            self._state(node, UpgradeState.DONE.value)
+            return
+        if self.now - _since(node) >= VALIDATE_TIMEOUT_S:
+            self._fail(node, f"the GPUs did not come back in allocatable within {int(VALIDATE_TIMEOUT_S)}s")
+            return
+        self.plan.wake(VALIDATE_TIMEOUT_S - (self.now - _since(node)))
+        self._state(node, UpgradeState.VALIDATING.value, "waiting for the GPUs in allocatable")
+
+
+def plan_driver(
+    driver: DriverConfig,
+    nodes: Sequence[NodeInfo],
+    jobs: Mapping[tuple[str, str], JobView],
+    *,
+    node_pods: Mapping[str, Sequence[NodePod]] | None = None,
+    operand_pods: frozenset[tuple[str, str]] = frozenset(),
+    failed_runs: Mapping[str, FailedRun] | None = None,
+    now: float,
+    job_deadline_s: float = 3600.0,
+) -> DriverPlan:
+    """One pass of the driver lifecycle over the nodes a DeviceConfig selects (`driver.enable`).
+
+    `jobs` maps (node, operation) to its Job; `node_pods` the pods of nodes being drained;
+    `operand_pods` (node, service) of the operand pods still present; `failed_runs` what the pods of
+    failed Jobs reported (a failed Job missing from it is asked for in `plan.failures` first)."""
+    planner = _Planner(
+        driver=driver,
+        jobs=jobs,
+        node_pods=node_pods or {},
+        operand_pods=operand_pods,
+        failed_runs=failed_runs or {},
+        now=now,
+        job_deadline_s=job_deadline_s,
+    )
+    views: list[NodeView] = []
+    by_name = {node.name: node for node in nodes}
+    for node in sorted(nodes, key=lambda n: n.name):
+        vendor = _vendor(node)
+        raw = node.labels.get(STATE_LABEL)
+        state = parse_state(raw)
+        views.append(NodeView(node.name, state, node.ready, node.unschedulable))
+        if raw and state is None:
+            planner._state(
+                node,
+                "invalid-state",
+                f"label {STATE_LABEL}={raw!r} is not a state: set upgrade-required or remove it",
+            )
+            continue
+        if vendor is None:
+            planner._state(node, "unknown-vendor", "the node has no single GPU vendor label (NFD PCI labels)")
+            continue
+        version = node.labels.get(VERSION_LABEL)
+        if state is None and not version:
+            planner.install(node, vendor)
+        elif state in (None, UpgradeState.DONE) and version != planner.want:
+            if planner.policy.enable:
+                planner._patch(node, UpgradeState.REQUIRED, annotations={SINCE: None})
+                planner._state(node, UpgradeState.REQUIRED.value)
+            else:
+                planner._state(node, "version-drift", f"{version} installed; automatic upgrades are disabled")
+        elif state in (None, UpgradeState.DONE):
+            planner._state(node, "installed" if state is None else UpgradeState.DONE.value)
+        elif state is UpgradeState.REQUIRED:
+            planner._state(node, UpgradeState.REQUIRED.value, "waiting for an upgrade slot")
+        elif state is UpgradeState.FAILED:
+            planner._state(node, UpgradeState.FAILED.value, node.annotations.get(FAILURE, ""))
+        else:
+            planner.step(node, state, vendor)
+    for name in plan_upgrades(views, planner.policy).start:
+        planner.start(by_name[name])
+    return planner.plan

@@ -1,0 +1,258 @@
+"""The per-node playbook Job: its manifest, its name, and what a finished one reports (pure).
+
+One Job per node and operation, named deterministically, so a restarted operator finds (adopts) the
+Job it started instead of starting a second one. The Job runs the operator's own image as
+`gpuop-operator playbook <name> --host-root /host --extra-vars-file F`. Why each privilege is there:
+- `privileged` + the host's `/` at `/host`: the playbook installs packages, builds and loads a kernel
+  module and edits the container runtime's config, all on the host (through `chroot /host`);
+- `hostPID`: `systemctl` (restarting containerd, rebooting) talks to the host's systemd;
+- `nodeName` + tolerate every taint: it must run on exactly this node, even cordoned or NotReady;
+- `backoffLimit: 0`: a failed install is reported, not retried blindly (the node goes
+  `upgrade-failed` until a person sets it back), `activeDeadlineSeconds` bounds a hung build,
+  `ttlSecondsAfterFinished` cleans finished Jobs up.
+The extra-vars file comes from a downward-API volume of the pod's own annotation: one object per
+run, nothing to clean up after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpuop_common.config.driver import DriverConfig
+from pydantic import ValidationError
+
+from gpuop_operator.jobresult import PlaybookSummary, PlaybookVars
+
+JsonObj = dict[str, Any]
+Operation = Literal["driver-install", "node-reboot"]
+COMPONENT = "driver-job"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+OPERATION_LABEL = "gpuop.dev/operation"
+NODE_ANNOTATION = "gpuop.dev/node"
+VERSION_ANNOTATION = "gpuop.dev/driver-version"
+VARS_ANNOTATION = "gpuop.dev/playbook-vars"
+VARS_DIR = "/etc/gpuop/playbook"
+OVERRIDES_DIR = "/etc/gpuop/playbook-overrides"
+TERMINATION_LOG = "/dev/termination-log"
+SHORT = {"driver-install": "driver", "node-reboot": "reboot"}
+MAX_NAME = 63  # the Job's name is also the value of its pods' job-name label
+DEFAULT_JOB_IMAGE = "ghcr.io/gpuop/gpuop-operator:latest"  # the chart passes its own image instead
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    namespace: str
+    release: str
+    image: str  # the operator's own image
+    service_account: str = ""
+    image_pull_policy: str = "IfNotPresent"
+    host_exec: str | None = None  # None: the playbook's default, `chroot /host`
+    overrides_config_map: str = ""  # ConfigMap of <name>.yml playbook overrides, mounted when set
+    deadline_seconds: int = 3600
+    ttl_seconds: int = 3600
+
+
+def job_name(release: str, operation: Operation, node: str) -> str:
+    """`<release>-<driver|reboot>-<node>`, shortened with a hash of the node name when too long."""
+    base = f"{release}-{SHORT[operation]}-"
+    cleaned = re.sub(r"[^a-z0-9-]", "-", node.lower())
+    if len(base) + len(cleaned) <= MAX_NAME and cleaned == node:
+        return base + cleaned
+    digest = hashlib.sha256(node.encode()).hexdigest()[:8]
+    room = MAX_NAME - len(base) - len(digest) - 1
+    return f"{base}{cleaned[:room].strip('-')}-{digest}"
+
+
+def build_job(
+    settings: JobSettings, operation: Operation, node: str, vendor: str, driver: DriverConfig
+) -> JsonObj:
+    name = job_name(settings.release, operation, node)
+    variables = PlaybookVars.model_validate(
+        {"vendor": vendor, "driver": driver, "hostExec": settings.host_exec}
+    )
+    labels = {
+        NAME_LABEL: COMPONENT,
+        INSTANCE_LABEL: settings.release,
+        COMPONENT_LABEL: COMPONENT,
+        OPERATION_LABEL: operation,
+    }
+    annotations = {NODE_ANNOTATION: node, VERSION_ANNOTATION: driver.version}
+    args = [
+        "playbook",
+        operation,
+        "--host-root",
+        "/host",
+        "--extra-vars-file",
+        f"{VARS_DIR}/vars.json",
+        "--termination-log",
+        TERMINATION_LOG,
+        "--timeout",
+        str(max(settings.deadline_seconds - 60, 60)),
+    ]
+    mounts: list[JsonObj] = [
+        {"name": "host", "mountPath": "/host"},
+        {"name": "vars", "mountPath": VARS_DIR, "readOnly": True},
+    ]
+    volumes: list[JsonObj] = [
+        {"name": "host", "hostPath": {"path": "/", "type": "Directory"}},
+        {
+            "name": "vars",
+            "downwardAPI": {
+                "items": [
+                    {
+                        "path": "vars.json",
+                        "fieldRef": {"fieldPath": f"metadata.annotations['{VARS_ANNOTATION}']"},
+                    }
+                ]
+            },
+        },
+    ]
+    if settings.overrides_config_map:
+        args += ["--overrides-dir", OVERRIDES_DIR]
+        mounts.append({"name": "overrides", "mountPath": OVERRIDES_DIR, "readOnly": True})
+        volumes.append({"name": "overrides", "configMap": {"name": settings.overrides_config_map}})
+    pod_spec: JsonObj = {
+        "nodeName": node,
+        "restartPolicy": "Never",
+        "hostPID": True,
+        "priorityClassName": "system-node-critical",
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [
+            {
+                "name": "playbook",
+                "image": settings.image,
+                "imagePullPolicy": settings.image_pull_policy,
+                "args": args,
+                "securityContext": {"privileged": True},
+                "terminationMessagePath": TERMINATION_LOG,
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "volumeMounts": mounts,
+            }
+        ],
+        "volumes": volumes,
+    }
+    if settings.service_account:
+        pod_spec["serviceAccountName"] = settings.service_account
+    vars_json = variables.model_dump_json(by_alias=True, exclude_none=True)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": settings.namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": settings.deadline_seconds,
+            "ttlSecondsAfterFinished": settings.ttl_seconds,
+            "template": {
+                "metadata": {"labels": labels, "annotations": {**annotations, VARS_ANNOTATION: vars_json}},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+JobPhase = Literal["running", "succeeded", "failed"]
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A driver Job as the driver lifecycle sees it."""
+
+    name: str
+    uid: str
+    node: str
+    operation: str
+    version: str
+    phase: JobPhase
+    reason: str = ""  # the Failed condition's reason (BackoffLimitExceeded, DeadlineExceeded)
+    message: str = ""
+    deleting: bool = False
+
+
+def job_view(obj: JsonObj) -> JobView | None:
+    """None for a Job that is not one of ours."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    if labels.get(COMPONENT_LABEL) != COMPONENT or not annotations.get(NODE_ANNOTATION):
+        return None
+    phase: JobPhase = "running"
+    reason = message = ""
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            phase = "succeeded"
+        elif condition.get("type") == "Failed":
+            phase, reason, message = (
+                "failed",
+                str(condition.get("reason", "")),
+                str(condition.get("message", "")),
+            )
+    return JobView(
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        node=str(annotations[NODE_ANNOTATION]),
+        operation=str(labels.get(OPERATION_LABEL, "")),
+        version=str(annotations.get(VERSION_ANNOTATION, "")),
+        phase=phase,
+        reason=reason,
+        message=message,
+        deleting="deletionTimestamp" in meta,
+    )
+
+
+def trim_job(obj: JsonObj) -> JsonObj:
+    """What the operator's Job cache keeps."""
+    meta = obj.get("metadata") or {}
+    kept = {
+        k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta
+    }
+    kept["labels"] = {
+        k: v
+        for k, v in (meta.get("labels") or {}).items()
+        if k in (COMPONENT_LABEL, OPERATION_LABEL, NAME_LABEL)
+    }
+    kept["annotations"] = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k in (NODE_ANNOTATION, VERSION_ANNOTATION)
+    }
+    conditions = [
+        {k: c.get(k) for k in ("type", "status", "reason", "message")}
+        for c in (obj.get("status") or {}).get("conditions") or []
+    ]
+    return {"metadata": kept, "status": {"conditions": conditions}}
+
+
+def summary_of_pod(pod: JsonObj) -> PlaybookSummary | None:
+    """The playbook summary the Job's container left as its termination message; None when it left
+    none or something else (a log tail from FallbackToLogsOnError, a crash before the summary)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        message = terminated.get("message") or ""
+        if not message.strip().startswith("{"):
+            continue
+        try:
+            return PlaybookSummary.model_validate(json.loads(message))
+        except (ValueError, ValidationError):
+            continue
+    return None
+
+
+def log_tail_of_pod(pod: JsonObj) -> str:
+    """The termination message when it is not a summary (the kubelet's log fallback), for Events."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        message = str(terminated.get("message") or "")
+        if message and not message.strip().startswith("{"):
+            return message[-400:]
+    return ""

@@ -1,0 +1,386 @@
+"""The driver lifecycle planner (driverflow) against a small model of a cluster, pass by pass.
+
+`World` applies each plan the way the reconciler and the cluster would: node patches, Jobs that run
+for a few passes and then succeed (or fail where a test says so), evictions that a PDB may refuse,
+reboots that change the bootID. The bounds are checked after every single pass, not at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import pytest
+from gpuop_common.config.driver import DriverConfig
+from gpuop_operator.drain import NodePod, plan_drain
+from gpuop_operator.driverflow import (
+    ADMIN_CORDON,
+    FAILURE,
+    PAUSE_VALUE,
+    VERSION_LABEL,
+    DriverPlan,
+    FailedRun,
+    plan_driver,
+)
+from gpuop_operator.driverjob import JobView
+from gpuop_operator.model import AMD_PRESENT, NodeInfo, deploy_label
+from gpuop_operator.plan import plan_rollout
+from gpuop_operator.upgrade import IN_FLIGHT, STATE_LABEL, UpgradeState, is_unavailable, parse_state
+
+DP = deploy_label("device-plugin")
+EXPORTER = deploy_label("metrics-exporter")
+
+
+def driver(version: str = "6.2", **policy: object) -> DriverConfig:
+    return DriverConfig.model_validate({"enable": True, "version": version, "upgradePolicy": policy})
+
+
+def gpu_node(name: str, **labels: str) -> NodeInfo:
+    return NodeInfo(name, {AMD_PRESENT: "true", **labels}, {}, boot_id=f"{name}-boot-0", gpus_allocatable=8)
+
+
+@dataclass
+class World:
+    nodes: dict[str, NodeInfo]
+    job_passes: int = 2  # passes a Job runs before it finishes
+    fail_jobs_on: set[str] = field(default_factory=set)
+    pdb_blocks: set[str] = field(default_factory=set)  # pods whose eviction a PDB refuses
+    pods: dict[str, list[NodePod]] = field(default_factory=dict)
+    jobs: dict[tuple[str, str], JobView] = field(default_factory=dict)
+    ages: dict[tuple[str, str], int] = field(default_factory=dict)
+    operand_pods: set[tuple[str, str]] = field(default_factory=set)
+    failed_runs: dict[str, FailedRun] = field(default_factory=dict)
+    now: float = 1_000_000.0
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    created: list[tuple[str, str]] = field(default_factory=list)
+    reboots: int = 0
+
+    def step(self, config: DriverConfig, seconds: float = 10.0) -> DriverPlan:
+        self.now += seconds
+        self._advance_jobs()
+        plan = plan_driver(
+            config,
+            list(self.nodes.values()),
+            dict(self.jobs),
+            node_pods=self.pods,
+            operand_pods=frozenset(self.operand_pods),
+            failed_runs=self.failed_runs,
+            now=self.now,
+            job_deadline_s=600,
+        )
+        for patch in plan.patches:
+            node = self.nodes[patch.node]
+            labels = {**node.labels, **patch.labels}
+            annotations = {**node.annotations, **patch.annotations}
+            unschedulable = node.unschedulable if patch.unschedulable is None else patch.unschedulable
+            self.nodes[patch.node] = dataclasses.replace(
+                node,
+                labels={k: v for k, v in labels.items() if v is not None},
+                annotations={k: v for k, v in annotations.items() if v is not None},
+                unschedulable=unschedulable,
+            )
+        for job in plan.delete_jobs:
+            self.jobs.pop((job.node, job.operation), None)
+        for node, operation, _vendor in plan.create_jobs:
+            name = f"{operation}-{node}-{len(self.created)}"
+            self.created.append((node, operation))
+            self.jobs[(node, operation)] = JobView(
+                name, f"uid-{name}", node, operation, config.version, "running"
+            )
+            self.ages[(node, operation)] = 0
+        for pod in plan.evict + plan.delete_pods:
+            if pod.name not in self.pdb_blocks:
+                self.pods[self._node_of(pod)].remove(pod)
+        # Paused operands' pods go away; resumed ones come back.
+        for name, node in self.nodes.items():
+            for label, value in node.labels.items():
+                service = label.removeprefix("gpuop.dev/deploy.")
+                if value == PAUSE_VALUE:
+                    self.operand_pods.discard((name, service))
+                elif value == "true" and label.startswith("gpuop.dev/deploy."):
+                    self.operand_pods.add((name, service))
+        self.events += [(e.node, e.reason, e.message) for e in plan.events]
+        return plan
+
+    def _node_of(self, pod: NodePod) -> str:
+        return next(node for node, pods in self.pods.items() if pod in pods)
+
+    def _advance_jobs(self) -> None:
+        for key, job in list(self.jobs.items()):
+            if job.phase != "running":
+                continue
+            self.ages[key] += 1
+            if self.ages[key] < self.job_passes:
+                continue
+            node, operation = key
+            if operation == "node-reboot":
+                self.nodes[node] = dataclasses.replace(
+                    self.nodes[node], boot_id=f"{node}-boot-{self.reboots + 1}"
+                )
+                self.reboots += 1
+                self.jobs[key] = dataclasses.replace(
+                    job, phase="failed", reason="PodFailed"
+                )  # died with the host
+            elif node in self.fail_jobs_on:
+                self.jobs[key] = dataclasses.replace(job, phase="failed", reason="BackoffLimitExceeded")
+                self.failed_runs[job.uid] = FailedRun(
+                    "task 'Build amdgpu-dkms': dkms build failed",
+                    (("Build amdgpu-dkms", "make: *** Error 2"),),
+                )
+            else:
+                self.jobs[key] = dataclasses.replace(job, phase="succeeded")
+
+    def states(self) -> dict[str, str | None]:
+        return {name: node.labels.get(STATE_LABEL) for name, node in self.nodes.items()}
+
+
+def test_a_fresh_node_gets_one_install_job_then_the_version_label_and_an_event() -> None:
+    world = World({"n0": gpu_node("n0")})
+    first = world.step(driver())
+    assert first.create_jobs == [("n0", "driver-install", "amd")]
+    assert first.states["n0"].state == "installing"
+    assert world.step(driver()).create_jobs == []  # the Job exists: never a second one
+    for _ in range(3):
+        world.step(driver())
+    assert world.nodes["n0"].labels[VERSION_LABEL] == "6.2"
+    assert STATE_LABEL not in world.nodes["n0"].labels
+    assert ("n0", "DriverInstalled") in {(n, r) for n, r, _ in world.events}
+    assert world.created == [("n0", "driver-install")]
+
+
+def test_operands_wait_for_the_driver_stage() -> None:
+    spec_nodes = [gpu_node("n0"), gpu_node("n1", **{VERSION_LABEL: "6.2"})]
+    from gpuop_common.config import DeviceConfigSpec
+
+    spec = DeviceConfigSpec.model_validate({"driver": {"enable": True, "version": "6.2"}})
+    plan = plan_rollout("ns/dc", spec, spec_nodes, [], driver_ready={"n1"})
+    by_node = {p.node: p for p in plan.nodes}
+    assert by_node["n0"].stage == "driver-installing"
+    assert by_node["n0"].patch is not None and DP not in by_node["n0"].patch.labels
+    assert by_node["n1"].patch is not None and by_node["n1"].patch.labels[DP] == "true"
+    assert "gpuop.dev/deploy.driver" not in by_node["n1"].patch.labels  # no DaemonSet for the driver
+
+
+def test_a_failing_dkms_build_fails_the_node_with_the_task_in_events() -> None:
+    world = World({"n0": gpu_node("n0")}, fail_jobs_on={"n0"})
+    for _ in range(4):
+        world.step(driver())
+    node = world.nodes["n0"]
+    assert node.labels[STATE_LABEL] == UpgradeState.FAILED.value
+    assert "dkms build failed" in node.annotations[FAILURE]
+    task_events = [m for n, r, m in world.events if r == "DriverInstallFailed" and "Build amdgpu-dkms" in m]
+    assert task_events and "Error 2" in task_events[0]
+    count = len(world.events)
+    for _ in range(3):
+        world.step(driver())
+    assert len(world.events) == count  # reported once, not on every pass
+    assert world.created == [("n0", "driver-install")]  # and not retried by itself
+
+
+def installed_cluster(count: int, version: str = "6.1", **extra: str) -> dict[str, NodeInfo]:
+    return {
+        f"n{i:02d}": gpu_node(f"n{i:02d}", **{VERSION_LABEL: version, DP: "true", EXPORTER: "true"}, **extra)
+        for i in range(count)
+    }
+
+
+def check_bounds(world: World, max_parallel: int, max_unavailable: int) -> int:
+    """Asserts both bounds now; returns the nodes in flight."""
+    states = [parse_state(s) for s in world.states().values()]
+    in_flight = sum(1 for s in states if s in IN_FLIGHT)
+    assert in_flight <= max_parallel, world.states()
+    from gpuop_operator.upgrade import NodeView
+
+    views = [
+        NodeView(n.name, parse_state(n.labels.get(STATE_LABEL)), n.ready, n.unschedulable)
+        for n in world.nodes.values()
+    ]
+    assert sum(1 for v in views if is_unavailable(v)) <= max_unavailable, world.states()
+    return in_flight
+
+
+def test_fifty_nodes_upgrade_within_both_bounds_at_every_pass_and_one_failure_stays_failed() -> None:
+    world = World(installed_cluster(50), fail_jobs_on={"n17"})
+    config = driver("6.2", maxParallelUpgrades=5, maxUnavailableNodes="20%", rebootRequired=True)
+    limit = math.ceil(0.2 * 50)
+    widest = 0
+    for _ in range(400):
+        world.step(config)
+        widest = max(widest, check_bounds(world, 5, limit))
+        if all(s in (UpgradeState.DONE.value, UpgradeState.FAILED.value) for s in world.states().values()):
+            break
+    states = world.states()
+    assert states["n17"] == UpgradeState.FAILED.value
+    assert sum(1 for s in states.values() if s == UpgradeState.DONE.value) == 49
+    done = [n for n in world.nodes.values() if n.labels.get(STATE_LABEL) == UpgradeState.DONE.value]
+    assert all(n.labels[VERSION_LABEL] == "6.2" and not n.unschedulable for n in done)
+    assert all(n.labels[DP] == "true" and n.labels[EXPORTER] == "true" for n in done)  # operands resumed
+    assert world.reboots == 49
+    assert world.nodes["n17"].unschedulable  # a failed node stays cordoned for a person to look at
+    assert widest == 5  # the parallel bound was reached, not just respected
+
+
+def test_the_unavailable_budget_counts_nodes_cordoned_by_someone_else() -> None:
+    nodes = installed_cluster(10)
+    nodes["n09"] = dataclasses.replace(nodes["n09"], unschedulable=True)  # an admin's, not ours
+    world = World(nodes)
+    config = driver("6.2", maxParallelUpgrades=10, maxUnavailableNodes=3, rebootRequired=False)
+    widest = 0
+    for _ in range(200):
+        world.step(config)
+        widest = max(widest, check_bounds(world, 10, 3))
+    assert all(s == UpgradeState.DONE.value for s in world.states().values())
+    # n09 is down anyway and may go along; other nodes only fill what the budget leaves.
+    assert widest == 3
+
+
+def test_a_failed_node_is_retried_only_when_a_person_sets_it_back() -> None:
+    world = World(installed_cluster(1), fail_jobs_on={"n00"})
+    config = driver("6.2", rebootRequired=False)
+    for _ in range(20):
+        world.step(config)
+    assert world.states()["n00"] == UpgradeState.FAILED.value
+    world.fail_jobs_on.clear()
+    node = world.nodes["n00"]
+    world.nodes["n00"] = dataclasses.replace(
+        node, labels={**node.labels, STATE_LABEL: UpgradeState.REQUIRED.value}
+    )
+    for _ in range(20):
+        world.step(config)
+    assert world.states()["n00"] == UpgradeState.DONE.value
+    assert world.nodes["n00"].labels[VERSION_LABEL] == "6.2"
+
+
+def test_an_admin_cordoned_node_stays_cordoned_after_its_upgrade() -> None:
+    nodes = installed_cluster(2)
+    nodes["n00"] = dataclasses.replace(nodes["n00"], unschedulable=True)
+    world = World(nodes)
+    config = driver("6.2", maxParallelUpgrades=2, maxUnavailableNodes=2, rebootRequired=False)
+    for _ in range(30):
+        world.step(config)
+    assert world.states() == {"n00": "upgrade-done", "n01": "upgrade-done"}
+    assert world.nodes["n00"].unschedulable and not world.nodes["n01"].unschedulable
+    assert ADMIN_CORDON not in world.nodes["n00"].annotations  # step marks are cleaned up
+
+
+def test_a_pdb_that_blocks_eviction_fails_the_drain_at_its_timeout() -> None:
+    world = World(installed_cluster(1))
+    world.pods["n00"] = [
+        NodePod("apps", "db-0", "u1", "StatefulSet"),
+        NodePod("apps", "web-1", "u2", "ReplicaSet"),
+        NodePod("gpu-operator", "dp-x", "u3", "DaemonSet"),
+    ]
+    world.pdb_blocks = {"db-0"}
+    config = driver("6.2", nodeDrainPolicy={"timeoutSeconds": 60}, rebootRequired=False)
+    evicted: list[str] = []
+    for _ in range(15):
+        plan = world.step(config)
+        evicted += [p.name for p in plan.evict]
+    assert "web-1" in evicted and "db-0" in evicted and "dp-x" not in evicted
+    assert evicted.count("db-0") > 1  # refused, then tried again
+    assert world.states()["n00"] == UpgradeState.FAILED.value
+    assert "drain timed out after 60s" in world.nodes["n00"].annotations[FAILURE]
+    assert "apps/db-0" in world.nodes["n00"].annotations[FAILURE]
+
+
+def test_gpu_pod_deletion_policy_deletes_only_pods_using_gpus() -> None:
+    pods = [
+        NodePod("ml", "train-0", "u1", "Job", uses_gpu=True),
+        NodePod("web", "nginx", "u2", "ReplicaSet"),
+        NodePod("ml", "daemon", "u3", "DaemonSet", uses_gpu=True),
+    ]
+    step = plan_drain(pods, gpu_pods_only=True, force=False)
+    assert [p.name for p in step.remove] == ["train-0"]
+
+
+@pytest.mark.parametrize(
+    ("case", "pod", "outcome"),
+    [
+        ("bare pod without force", NodePod("a", "bare", "u", ""), "refused"),
+        ("mirror pod", NodePod("kube-system", "etcd", "u", "Node", mirror=True), "kept"),
+        ("finished pod", NodePod("a", "done", "u", "Job", finished=True), "kept"),
+        ("terminating pod", NodePod("a", "going", "u", "ReplicaSet", deleting=True), "waiting"),
+        ("our own driver Job pod", NodePod("gpu-operator", "job", "u", "Job", ours=True), "kept"),
+    ],
+)
+def test_drain_treats_each_kind_of_pod_like_kubectl_drain(case: str, pod: NodePod, outcome: str) -> None:
+    step = plan_drain([pod], gpu_pods_only=False, force=False)
+    got = "refused" if step.refused else "waiting" if step.waiting else "removed" if step.remove else "kept"
+    assert got == outcome, case
+
+
+def test_an_unmanaged_pod_fails_the_drain_naming_it_unless_forced() -> None:
+    world = World(installed_cluster(1))
+    world.pods["n00"] = [NodePod("default", "hand-made", "u1", "")]
+    for _ in range(5):
+        world.step(driver("6.2", rebootRequired=False))
+    assert world.states()["n00"] == UpgradeState.FAILED.value
+    assert "default/hand-made not managed by a controller" in world.nodes["n00"].annotations[FAILURE]
+
+
+def test_operands_are_paused_before_the_job_and_resumed_after_the_reboot() -> None:
+    world = World(installed_cluster(1))
+    config = driver("6.2", rebootRequired=True)
+    seen: list[tuple[str | None, str | None, bool]] = []
+    for _ in range(30):
+        world.step(config)
+        node = world.nodes["n00"]
+        running_job = any(
+            j.phase == "running" and j.operation == "driver-install" for j in world.jobs.values()
+        )
+        seen.append((node.labels.get(STATE_LABEL), node.labels.get(DP), running_job))
+    assert all(dp == PAUSE_VALUE for state, dp, job in seen if job)  # never a plugin during the build
+    assert world.states()["n00"] == UpgradeState.DONE.value
+    assert world.nodes["n00"].labels[DP] == "true"
+    states = [s for s, _, _ in seen]
+    order = [s.value for s in UpgradeState if s.value in states]
+    assert order == [
+        "upgrade-required",
+        "cordoned",
+        "draining",
+        "pod-restart",
+        "upgrading",
+        "rebooting",
+        "validating",
+        "upgrade-done",
+    ]
+
+
+def test_a_restarted_operator_resumes_from_the_labels_and_repeats_no_finished_node() -> None:
+    world = World(installed_cluster(6))
+    config = driver("6.2", maxParallelUpgrades=2, maxUnavailableNodes=2, rebootRequired=False)
+    for _ in range(12):
+        world.step(config)
+    done_before = {n for n, s in world.states().items() if s == UpgradeState.DONE.value}
+    assert done_before  # some finished before the "restart"
+    # A new operator knows only the cluster: the nodes and the Jobs; nothing in memory carries over.
+    world.failed_runs = {}
+    jobs_before = list(world.created)
+    for _ in range(40):
+        world.step(config)
+    assert all(s == UpgradeState.DONE.value for s in world.states().values())
+    repeated = [c for c in world.created[len(jobs_before) :] if c[0] in done_before]
+    assert repeated == []
+
+
+def test_an_invalid_state_label_is_reported_and_the_node_left_alone() -> None:
+    world = World(installed_cluster(1, **{STATE_LABEL: "half-way"}))
+    plan = world.step(driver("6.2"))
+    assert plan.states["n00"].state == "invalid-state"
+    assert "half-way" in plan.states["n00"].message
+    assert plan.patches == [] and plan.create_jobs == []
+
+
+def test_a_node_without_a_single_vendor_label_is_reported() -> None:
+    node = NodeInfo("cpu-0", {}, {})
+    plan = plan_driver(driver(), [node], {}, now=0)
+    assert plan.states["cpu-0"].state == "unknown-vendor" and plan.create_jobs == []
+
+
+def test_upgrades_disabled_leaves_version_drift_visible() -> None:
+    world = World(installed_cluster(1))
+    plan = world.step(
+        DriverConfig.model_validate({"enable": True, "version": "6.2", "upgradePolicy": {"enable": False}})
+    )
+    assert plan.states["n00"].state == "version-drift" and plan.patches == []
