@@ -71,4 +71,4 @@ def test_the_tool_prints_a_fresh_directory_it_created(tmp_path: Path) -> None:
         env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     made = Path(done.stdout.strip())
-    assert made.parent == tmp_path and made.is_dir() and made.name.startswith("gpuop-test-")
+    assert made.parent == tmp_path and made.is_dir() and made.name.startswith("g-")

@@ -45,7 +45,8 @@ def choose(environ: dict[str, str], candidates: tuple[Path, ...], available: int
 
 def main() -> int:
     base = choose(dict(os.environ), CANDIDATES, mem_available())
-    print(tempfile.mkdtemp(prefix="gpuop-test-", dir=base))
+    # Short: the simulator puts unix sockets deep under it (gpuop_sim.shortpaths).
+    print(tempfile.mkdtemp(prefix="g-", dir=base))
     return 0
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-MAX_BASE_LENGTH = 40
+# `/tmp/gpuop-sim-xxxxxxxx/nodes/nvidia-0/var/lib/kubelet/device-plugins/kubelet.sock` is 81 bytes
+# under /tmp: a base of up to 20 characters keeps the deepest socket under 100.
+MAX_BASE_LENGTH = 20
 
 
 def short_tmp_base() -> str:
