@@ -144,7 +144,7 @@ class OperatorKit:
     api_client_for = staticmethod(api_client_for)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def kit() -> OperatorKit:
     return OperatorKit()
 

@@ -1,0 +1,169 @@
+"""The driver lifecycle through the real reconciler against a stub-pod simulated cluster.
+
+Stub Job pods succeed at once (the playbooks themselves are tested in test_playbooks.py), so these
+tests see what the operator does with the API: the Jobs it creates and their pod spec, the install
+gating of the operand labels, and the rolling upgrade's bounds, watched on every Node event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import urllib3
+from gpuop_operator.driverflow import VERSION_LABEL
+from gpuop_operator.upgrade import IN_FLIGHT, STATE_LABEL, UpgradeState, parse_state
+from gpuop_sim.cluster import SimCluster
+from gpuop_sim.workloads.kubeapi import EVENTS, JOBS, NODES, Resource
+from kubernetes import client, config, watch
+
+pytestmark = pytest.mark.slow
+NAMESPACE = "gpu-operator"
+DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
+DP = "gpuop.dev/deploy.device-plugin"
+GPU_NODES = ("amd-0", "amd-1", "amd-2", "nvidia-0")
+
+
+@pytest.fixture(scope="module")
+def cluster(kit: Any) -> Iterator[SimCluster]:
+    with SimCluster(amd_nodes=3, nvidia_nodes=1, cpu_nodes=0, pods="stub") as sim:
+        kit.install_operands(sim.api())
+        # What the device plugins would advertise: the upgrade's validation waits for GPUs here.
+        for name in GPU_NODES:
+            resource = "amd.com/gpu" if name.startswith("amd") else "nvidia.com/gpu"
+            sim.api().patch(NODES, name, {"status": {"allocatable": {resource: "8"}}}, sub="status")
+        yield sim
+
+
+def driver_spec(version: str, **policy: Any) -> dict[str, Any]:
+    return {
+        "driver": {"enable": True, "version": version, "upgradePolicy": {"rebootRequired": False, **policy}}
+    }
+
+
+def node_labels(cluster: SimCluster, name: str) -> dict[str, str]:
+    return dict(cluster.api().get(NODES, name)["metadata"]["labels"])
+
+
+class NodeWatcher:
+    """Every Node event from a background watch: the upgrade bounds are checked on each one."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+        self.api = client.ApiClient(configuration)
+        self.states: dict[str, tuple[str | None, bool]] = {}
+        self.widest_in_flight = 0
+        self.widest_unavailable = 0
+        self.watch = watch.Watch()  # type: ignore[no-untyped-call]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        # stop() closes the connection under the stream.
+        with contextlib.suppress(urllib3.exceptions.HTTPError, OSError):
+            self._follow()
+
+    def _follow(self) -> None:
+        core = client.CoreV1Api(self.api)
+        for event in self.watch.stream(core.list_node, timeout_seconds=300):
+            node = event["object"]
+            labels = node.metadata.labels or {}
+            if node.metadata.name not in GPU_NODES:
+                continue
+            self.states[node.metadata.name] = (labels.get(STATE_LABEL), bool(node.spec.unschedulable))
+            states = [(parse_state(s), cordoned) for s, cordoned in self.states.values()]
+            in_flight = sum(1 for s, _ in states if s in IN_FLIGHT)
+            unavailable = sum(
+                1 for s, cordoned in states if s in IN_FLIGHT or s is UpgradeState.FAILED or cordoned
+            )
+            self.widest_in_flight = max(self.widest_in_flight, in_flight)
+            self.widest_unavailable = max(self.widest_unavailable, unavailable)
+
+    def stop(self) -> None:
+        self.watch.stop()
+        self.api.close()
+
+
+def test_fresh_nodes_get_one_privileged_job_each_and_operands_only_after_it(
+    cluster: SimCluster, kit: Any
+) -> None:
+    api = cluster.api()
+    with kit.operator_running(cluster):
+        api.create(DEVICECONFIGS, kit.device_config(spec=driver_spec("6.2")), NAMESPACE)
+        dc = cluster.wait_for_object(
+            DEVICECONFIGS,
+            "gpus",
+            NAMESPACE,
+            lambda d: (d.get("status") or {}).get("readyNodes") == len(GPU_NODES),
+            timeout=90,
+        )
+    assert dc["status"]["driver"]["summary"] == f"{len(GPU_NODES)}/{len(GPU_NODES)} at 6.2"
+    assert dc["status"]["operands"]["driver"] == {"desired": len(GPU_NODES), "ready": len(GPU_NODES)}
+    for name in GPU_NODES:
+        labels = node_labels(cluster, name)
+        assert labels[VERSION_LABEL] == "6.2" and labels[DP] == "true"
+    jobs, _ = api.list(JOBS, NAMESPACE)
+    ours = {j["metadata"]["annotations"]["gpuop.dev/node"]: j for j in jobs}
+    assert sorted(ours) == sorted(GPU_NODES)  # one per node
+    job = ours["amd-0"]
+    assert job["metadata"]["name"] == "gpuop-driver-amd-0"
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] > 0
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "amd-0" and pod["hostPID"] is True
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    container = pod["containers"][0]
+    assert container["securityContext"] == {"privileged": True}
+    assert container["args"][:6] == [
+        "playbook",
+        "driver-install",
+        "--host-root",
+        "/host",
+        "--extra-vars-file",
+        "/etc/gpuop/playbook/vars.json",
+    ]
+    vars_json = job["spec"]["template"]["metadata"]["annotations"]["gpuop.dev/playbook-vars"]
+    assert '"vendor":"amd"' in vars_json and '"version":"6.2"' in vars_json
+    events, _ = api.list(EVENTS, "default")
+    assert {e["involvedObject"]["name"] for e in events if e["reason"] == "DriverInstalled"} >= set(GPU_NODES)
+
+
+def test_a_version_change_rolls_one_node_at_a_time_and_keeps_an_admin_cordon(
+    cluster: SimCluster, kit: Any
+) -> None:
+    api = cluster.api()
+    api.patch(NODES, "amd-1", {"spec": {"unschedulable": True}})  # an admin's cordon
+    watcher = NodeWatcher(cluster)
+    try:
+        with kit.operator_running(cluster):
+            api.patch(
+                DEVICECONFIGS,
+                "gpus",
+                {"spec": driver_spec("6.3", maxParallelUpgrades=1, maxUnavailableNodes=2)},
+                NAMESPACE,
+            )
+            cluster.wait_for(
+                lambda: all(node_labels(cluster, n).get(STATE_LABEL) == "upgrade-done" for n in GPU_NODES),
+                timeout=180,
+                what="every GPU node upgrade-done",
+            )
+            dc = cluster.wait_for_object(
+                DEVICECONFIGS,
+                "gpus",
+                NAMESPACE,
+                lambda d: (d.get("status") or {}).get("driver", {}).get("summary") == "4/4 at 6.3",
+                timeout=60,
+            )
+    finally:
+        watcher.stop()
+    assert watcher.widest_in_flight == 1
+    assert watcher.widest_unavailable <= 2
+    assert api.get(NODES, "amd-1")["spec"].get("unschedulable") is True
+    assert not api.get(NODES, "amd-0")["spec"].get("unschedulable")
+    assert all(node_labels(cluster, n)[VERSION_LABEL] == "6.3" for n in GPU_NODES)
+    assert all(node_labels(cluster, n)[DP] == "true" for n in GPU_NODES)  # operands resumed
+    assert dc["status"]["driver"]["states"] == {"upgrade-done": 4}
