@@ -150,6 +150,44 @@ def test_operator_deployment_args_parse_and_probe_port_8080() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "values",
+    [["driverJobs.activeDeadlineSeconds=5"], ["driverJobs.playbookOverrides=Not_A_Name"], ["driverJobs.x=1"]],
+)
+def test_driver_job_values_are_checked(values: list[str]) -> None:
+    with pytest.raises(helm.ChartError):
+        helm.template(CHARTS / "operator", values=values)
+
+
+@pytest.mark.slow
+def test_driver_jobs_get_the_operator_image_and_the_rbac_they_need() -> None:
+    manifests = helm.template(
+        CHARTS / "operator",
+        values=[
+            "driverJobs.playbookOverrides=my-playbooks",
+            "driverJobs.hostExec=chroot /host",
+            "image.tag=9.9",
+        ],
+    )
+    (deployment,) = by_kind(manifests, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    settings = parse_settings(OperatorSettings, container["args"])
+    assert settings.driver_job_image == container["image"] and container["image"].endswith(":9.9")
+    assert settings.driver_playbook_overrides == "my-playbooks"
+    assert settings.driver_job_host_exec == "chroot /host"
+    assert settings.driver_job_deadline == 3600
+    (cluster_role,) = [
+        r for r in by_kind(manifests, "ClusterRole") if r["metadata"]["name"] == "gpuop-operator"
+    ]
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in cluster_role["rules"]}
+    assert rules[(("",), ("pods/eviction",))] == {"create"}
+    assert "delete" in rules[(("",), ("pods",))]
+    (role,) = [r for r in by_kind(manifests, "Role") if r["metadata"]["name"] == "gpuop-operator"]
+    job_rule = next(r for r in role["rules"] if r["resources"] == ["jobs"])
+    assert {"create", "delete", "watch"} <= set(job_rule["verbs"])
+
+
+@pytest.mark.slow
 def test_crd_hook_runs_the_operator_image_with_apply_crd_before_upgrades() -> None:
     manifests = helm.template(CHARTS / "crds")
     (job,) = by_kind(manifests, "Job")

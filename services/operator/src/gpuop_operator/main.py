@@ -22,6 +22,7 @@ from kubernetes import client
 from pydantic import Field
 
 from gpuop_operator.crdapply import apply_crd
+from gpuop_operator.driverjob import DEFAULT_JOB_IMAGE, JobSettings
 from gpuop_operator.kubeio import KubeJson
 from gpuop_operator.metrics import OperatorMetrics
 from gpuop_operator.reconciler import Reconciler, ReconcilerSettings
@@ -55,6 +56,19 @@ class OperatorSettings(AgentSettings):
         False,
         description="Delete every DeviceConfig, wait for the operator's cleanup, remove gpuop node "
         "labels and annotations, then exit (the chart's pre-delete hook).",
+    )
+    driver_job_image: str = Field(
+        DEFAULT_JOB_IMAGE,
+        description="Image of the per-node driver Jobs: the operator's own (the chart sets it).",
+    )
+    driver_job_deadline: int = Field(
+        3600, ge=120, le=86400, description="activeDeadlineSeconds of a driver Job."
+    )
+    driver_job_ttl: int = Field(3600, ge=0, le=604800, description="ttlSecondsAfterFinished of a driver Job.")
+    driver_job_host_exec: str = Field("", description="Prefix of every host command; empty: `chroot /host`.")
+    driver_playbook_overrides: str = Field(
+        "",
+        description="ConfigMap (release namespace) whose `<playbook>.yml` keys replace built-in playbooks.",
     )
     cleanup_timeout: float = Field(
         120.0, gt=0, description="Seconds --uninstall-cleanup waits for the operator, then for agents."
@@ -108,6 +122,15 @@ def run(ctx: ServiceContext[OperatorSettings]) -> int:
             watch_namespace=s.watch_namespace or None,
             workers=s.workers,
             resync_interval=s.resync_interval,
+            jobs=JobSettings(
+                namespace=s.namespace,
+                release=s.release,
+                image=s.driver_job_image,
+                host_exec=s.driver_job_host_exec or None,
+                overrides_config_map=s.driver_playbook_overrides,
+                deadline_seconds=s.driver_job_deadline,
+                ttl_seconds=s.driver_job_ttl,
+            ),
         ),
         metrics=metrics,
         events=EventRecorder(api, component="gpuop-operator", host=s.identity, dry_run=s.dry_run),
