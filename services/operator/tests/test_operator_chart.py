@@ -238,3 +238,19 @@ def test_every_agent_container_has_a_startup_probe_before_liveness() -> None:
             assert startup is not None, f"{where} has no startupProbe"
             assert startup["httpGet"] == container["livenessProbe"]["httpGet"], where
             assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, where
+
+
+@pytest.mark.slow
+def test_node_feature_rule_only_where_nfd_serves_its_api() -> None:
+    assert by_kind(helm.template(CHARTS / "operator"), "NodeFeatureRule") == []
+    nfd = ["nfd.k8s-sigs.io/v1alpha1/NodeFeatureRule"]
+    (rule,) = by_kind(helm.template(CHARTS / "operator", api_versions=nfd), "NodeFeatureRule")
+    labels = [next(iter(r["labels"])) for r in rule["spec"]["rules"]]
+    assert labels == [
+        "feature.node.kubernetes.io/pci-1002.present",
+        "feature.node.kubernetes.io/pci-10de.present",
+    ]
+    vendors = [r["matchFeatures"][0]["matchExpressions"]["vendor"]["value"] for r in rule["spec"]["rules"]]
+    assert vendors == [["1002"], ["10de"]]
+    off = helm.template(CHARTS / "operator", api_versions=nfd, values=["nodeFeatureRule.enabled=false"])
+    assert by_kind(off, "NodeFeatureRule") == []
