@@ -193,3 +193,61 @@ def test_pod_status_is_ready_only_when_running_and_every_container_is_ready() ->
     status = pod_status("Running", [ready], "127.10.0.1", "t0", "t1")
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
     assert status["containerStatuses"][0]["state"] == {"running": {"startedAt": ""}}
+
+
+def test_downward_api_volume_writes_annotations_labels_and_names(tmp_path: Path) -> None:
+    from gpuop_sim.workloads.simkubelet.volumes import refresh_pod_volumes
+
+    pod: dict[str, Any] = {
+        "metadata": {
+            "name": "job-pod",
+            "namespace": "ops",
+            "uid": "u-1",
+            "labels": {"app": "x", "tier": "b"},
+            "annotations": {"gpuop.dev/playbook-vars": '{"vendor":"amd"}'},
+        },
+        "spec": {
+            "volumes": [
+                {
+                    "name": "vars",
+                    "downwardAPI": {
+                        "items": [
+                            {
+                                "path": "vars.json",
+                                "fieldRef": {"fieldPath": "metadata.annotations['gpuop.dev/playbook-vars']"},
+                            },
+                            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                            {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                        ]
+                    },
+                }
+            ]
+        },
+    }
+    dirs = {"vars": tmp_path / "vars"}
+    versions: dict[str, str] = {}
+    refresh_pod_volumes(pod, dirs, lambda _kind: {}, versions, force=True)
+    assert (tmp_path / "vars/vars.json").read_text() == '{"vendor":"amd"}'
+    assert (tmp_path / "vars/labels").read_text() == 'app="x"\ntier="b"'
+    assert (tmp_path / "vars/name").read_text() == "job-pod"
+    pod["metadata"]["annotations"]["gpuop.dev/playbook-vars"] = '{"vendor":"nvidia"}'
+    refresh_pod_volumes(pod, dirs, lambda _kind: {}, versions, force=False)
+    assert (tmp_path / "vars/vars.json").read_text() == '{"vendor":"nvidia"}'
+
+
+def test_downward_api_volume_with_an_unsupported_field_is_a_config_error(tmp_path: Path) -> None:
+    from gpuop_sim.workloads.simkubelet.volumes import refresh_pod_volumes
+
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "volumes": [
+                {
+                    "name": "v",
+                    "downwardAPI": {"items": [{"path": "x", "fieldRef": {"fieldPath": "spec.nodeName"}}]},
+                }
+            ]
+        },
+    }
+    with pytest.raises(ContainerConfigError, match=r"spec\.nodeName"):
+        refresh_pod_volumes(pod, {"v": tmp_path / "v"}, lambda _kind: {}, {}, force=True)

@@ -1,4 +1,4 @@
-"""Materialise configMap, secret and projected volumes the way the kubelet lays them out on disk.
+"""Materialise configMap, secret, downwardAPI and projected volumes the way the kubelet lays them out.
 
 Each volume dir holds a timestamped data dir, a `..data` symlink to it and one symlink per key into
 `..data`. An update writes a fresh data dir and renames a new `..data` link over the old one, which is
@@ -94,6 +94,38 @@ def _read_dir(root: Path) -> dict[str, bytes]:
     return out
 
 
+def _field_value(pod: Obj, path: str) -> str | None:
+    """A downward-API `fieldRef.fieldPath` of the pod's metadata; None when the kubelet refuses it."""
+    metadata = meta(pod)
+    simple = {"metadata.name": "name", "metadata.namespace": "namespace", "metadata.uid": "uid"}
+    if path in simple:
+        return str(metadata.get(simple[path], ""))
+    for kind in ("annotations", "labels"):
+        mapping = metadata.get(kind) or {}
+        if path == f"metadata.{kind}":
+            # The whole map, one `key="value"` line per entry, sorted, as the kubelet writes it.
+            return "\n".join(f'{key}="{value}"' for key, value in sorted(mapping.items()))
+        prefix = f"metadata.{kind}['"
+        if path.startswith(prefix) and path.endswith("']"):
+            return str(mapping.get(path[len(prefix) : -2], ""))
+    return None
+
+
+def downward_api_files(pod: Obj, source: Mapping[str, Any]) -> dict[str, bytes]:
+    """Files of a downwardAPI volume (metadata fields; resourceFieldRef is not modelled)."""
+    files = {}
+    for item in source.get("items") or []:
+        field_path = str((item.get("fieldRef") or {}).get("fieldPath", ""))
+        value = _field_value(pod, field_path)
+        if value is None:
+            raise ContainerConfigError(
+                "CreateContainerConfigError",
+                f"downwardAPI volume item {item.get('path')!r}: unsupported fieldPath {field_path!r}",
+            )
+        files[str(item.get("path", ""))] = value.encode()
+    return files
+
+
 def service_account_files(namespace: str, token: str) -> dict[str, bytes]:
     """What the projected kube-api-access volume holds; clients use the kubeconfig we inject instead."""
     return {"token": token.encode(), "namespace": namespace.encode(), "ca.crt": b""}
@@ -133,6 +165,13 @@ def refresh_pod_volumes(
                 )
             write_atomic_dir(target, files or {})
             versions[name] = version
+        elif "downwardAPI" in volume:
+            # Refreshed when the pod's metadata changes, as the kubelet does for labels/annotations.
+            version = str(hash(repr(sorted((meta(pod).get("annotations") or {}).items()))))
+            version += str(hash(repr(sorted((meta(pod).get("labels") or {}).items()))))
+            if force or versions.get(name) != version:
+                write_atomic_dir(target, downward_api_files(pod, volume["downwardAPI"]))
+                versions[name] = version
         elif "projected" in volume:
             if force:
                 write_atomic_dir(target, service_account_files(namespace, "sim-token"))
