@@ -178,6 +178,8 @@ def test_vars_file_becomes_the_playbook_variables(tmp_path: Path) -> None:
     assert extra["amdgpu_repo_url"] == "https://mirror.example/radeon"
     assert extra["kernel_module_parameters"] == ["noretry=1"]
     assert extra["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    fakes = PlaybookVars.model_validate({"vendor": "amd", "hostExec": "python -m fakes --root {host_root}"})
+    assert ansible_extra_vars(fakes, Path("/sim/n0"))["host_exec"] == "python -m fakes --root /sim/n0"
     defaults = (BUILTIN_DIR / "vars/defaults.yml").read_text()
     assert all(f"\n{name}:" in defaults for name in extra), (
         "every extra var has a default in vars/defaults.yml"

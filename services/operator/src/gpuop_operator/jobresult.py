@@ -81,7 +81,8 @@ class PlaybookVars(BaseModel):
         None,
         alias="hostExec",
         min_length=1,
-        description="Prefix of every host command; default `chroot <host root>`.",
+        description="Prefix of every host command; `{host_root}` is replaced by --host-root; "
+        "default `chroot {host_root}`.",
     )
     container_runtime: Literal["auto", "containerd", "crio", "none"] = Field(
         "auto", alias="containerRuntime", description="Runtime to enable CDI in; auto: the active one."

@@ -67,7 +67,9 @@ def ansible_extra_vars(settings: PlaybookVars, host_root: Path) -> dict[str, Any
     driver = settings.driver
     return {
         "host_root": str(host_root),
-        "host_exec": settings.host_exec or f"chroot {host_root}",
+        # `{host_root}` in a given prefix is the --host-root this run got: the operator writes one
+        # prefix for every node, and only the Job's mount knows where the host is.
+        "host_exec": (settings.host_exec or "chroot {host_root}").replace("{host_root}", str(host_root)),
         "gpu_vendor": settings.vendor,
         "driver_version": driver.version,
         "driver_blacklist": driver.blacklist,
