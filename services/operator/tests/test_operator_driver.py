@@ -167,3 +167,124 @@ def test_a_version_change_rolls_one_node_at_a_time_and_keeps_an_admin_cordon(
     assert all(node_labels(cluster, n)[VERSION_LABEL] == "6.3" for n in GPU_NODES)
     assert all(node_labels(cluster, n)[DP] == "true" for n in GPU_NODES)  # operands resumed
     assert dc["status"]["driver"]["states"] == {"upgrade-done": 4}
+
+
+def job_additions(cluster: SimCluster, since: str) -> list[str]:
+    """Nodes of the driver Jobs created after resourceVersion `since` (from the watch history)."""
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+    with client.ApiClient(configuration) as api:
+        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+            client.BatchV1Api(api).list_namespaced_job, NAMESPACE, resource_version=since, timeout_seconds=1
+        )
+        return [
+            e["object"].metadata.annotations["gpuop.dev/node"]
+            for e in stream
+            if e["type"] == "ADDED"
+            and e["object"].metadata.labels.get("gpuop.dev/operation") == "driver-install"
+        ]
+
+
+def test_an_operator_restarted_mid_upgrade_resumes_and_repeats_no_node(cluster: SimCluster, kit: Any) -> None:
+    api = cluster.api()
+    _, since = api.list(JOBS, NAMESPACE)
+    with kit.operator_running(cluster):
+        api.patch(DEVICECONFIGS, "gpus", {"spec": driver_spec("6.4", maxParallelUpgrades=1)}, NAMESPACE)
+        cluster.wait_for(
+            lambda: sum(node_labels(cluster, n).get(VERSION_LABEL) == "6.4" for n in GPU_NODES) >= 2,
+            timeout=120,
+            what="two nodes upgraded",
+        )
+    with kit.operator_running(cluster):  # a new operator: nothing in memory carries over
+        cluster.wait_for(
+            lambda: all(node_labels(cluster, n).get(VERSION_LABEL) == "6.4" for n in GPU_NODES),
+            timeout=180,
+            what="every node at 6.4",
+        )
+        cluster.wait_for(
+            lambda: all(node_labels(cluster, n).get(STATE_LABEL) == "upgrade-done" for n in GPU_NODES),
+            timeout=60,
+            what="every node upgrade-done",
+        )
+    assert sorted(job_additions(cluster, since)) == sorted(GPU_NODES)  # one install Job per node, ever
+
+
+def test_a_pdb_that_never_allows_the_eviction_fails_that_node_at_the_drain_timeout(
+    cluster: SimCluster, kit: Any
+) -> None:
+    api = cluster.api()
+    labels = {"app": "db"}
+    api.create(
+        Resource("apps/v1", "deployments", "Deployment"),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": "amd-2"},
+                        "containers": [{"name": "db", "image": "example/db:1"}],
+                    },
+                },
+            },
+        },
+        "default",
+    )
+    api.create(
+        Resource("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget"),
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
+        },
+        "default",
+    )
+    cluster.wait_for(
+        lambda: [
+            p
+            for p in api.list(Resource("v1", "pods", "Pod"), "default", labelSelector="app=db")[0]
+            if p["status"].get("phase") == "Running"
+        ],
+        timeout=30,
+        what="the db pod running on amd-2",
+    )
+    with kit.operator_running(cluster):
+        api.patch(
+            DEVICECONFIGS,
+            "gpus",
+            {
+                "spec": driver_spec(
+                    "6.5", maxParallelUpgrades=4, maxUnavailableNodes=4, nodeDrainPolicy={"timeoutSeconds": 3}
+                )
+            },
+            NAMESPACE,
+        )
+        cluster.wait_for(
+            lambda: node_labels(cluster, "amd-2").get(STATE_LABEL) == "upgrade-failed",
+            timeout=120,
+            what="amd-2 upgrade-failed",
+        )
+        cluster.wait_for(
+            lambda: all(
+                node_labels(cluster, n).get(STATE_LABEL) == "upgrade-done" for n in GPU_NODES if n != "amd-2"
+            ),
+            timeout=120,
+            what="the other nodes upgrade-done",
+        )
+        node = api.get(NODES, "amd-2")
+        dc = api.get(DEVICECONFIGS, "gpus", NAMESPACE)
+    failure = node["metadata"]["annotations"]["gpuop.dev/driver.failure"]
+    assert "drain timed out after 3s" in failure and "default/db-" in failure
+    assert node["spec"]["unschedulable"] is True  # left cordoned for a person
+    assert dc["status"]["driver"]["nodes"]["amd-2"]["state"] == "upgrade-failed"
+    events, _ = api.list(EVENTS, "default")
+    assert any(
+        e["reason"] == "DriverUpgradeFailed" and e["involvedObject"]["name"] == "amd-2" for e in events
+    )
+    pods = api.list(Resource("v1", "pods", "Pod"), "default", labelSelector="app=db")[0]
+    assert [p["spec"]["nodeName"] for p in pods] == ["amd-2"]  # the budget held
