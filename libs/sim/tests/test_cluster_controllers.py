@@ -111,6 +111,14 @@ def test_cordon_keeps_daemon_pods_but_blocks_deployment_pods(cluster: SimCluster
 def test_tainted_node_gets_no_daemon_pod_without_a_toleration(cluster: SimCluster, api: KubeRest) -> None:
     taint = {"key": "gpuop.dev/remediation", "value": "true", "effect": "NoSchedule"}
     api.patch(NODES, "amd-1", {"spec": {"taints": [taint]}})
+    # As on a real cluster, a DaemonSet controller that has not seen the taint yet places a pod
+    # there, and a NoSchedule taint never removes it: create the DaemonSet once its cache has it.
+    assert cluster.controllers is not None
+    nodes_seen = cluster.controllers.informers["nodes"]
+    cluster.wait_for(
+        lambda: ((nodes_seen.get("amd-1") or {}).get("spec") or {}).get("taints"),
+        what="taint in the DS cache",
+    )
     try:
         api.create(DAEMONSETS, daemonset("taint-ds"), NS)
         tolerant = daemonset("taint-tolerant")

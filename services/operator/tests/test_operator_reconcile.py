@@ -82,18 +82,21 @@ def test_invalid_spec_sets_a_condition_and_changes_nothing_on_nodes(
 ) -> None:
     api = stub_cluster.api()
     with kit.operator_running(stub_cluster):
-        api.create(DEVICECONFIGS, kit.device_config(spec={"driver": {"enable": True}}), NAMESPACE)
+        unsupported = {"driver": {"enable": True, "driverType": "pf-passthrough"}}
+        api.create(DEVICECONFIGS, kit.device_config(spec=unsupported), NAMESPACE)
         dc = stub_cluster.wait_for_object(
             DEVICECONFIGS, "gpus", NAMESPACE, lambda d: condition(d, "Ready").get("reason") == "Unsupported"
         )
         assert condition(dc, "Ready")["status"] == "False"
-        assert "spec.driver.enable" in condition(dc, "Ready")["message"]
+        assert "spec.driver.driverType" in condition(dc, "Ready")["message"]
         assert all(not labels for labels in gpuop_labels(stub_cluster).values())
         events, _ = api.list(EVENTS, NAMESPACE)
         warnings = [e for e in events if e["reason"] == "Unsupported"]
         assert warnings and warnings[0]["type"] == "Warning"
         # Fixing the spec rolls out.
-        api.patch(DEVICECONFIGS, "gpus", {"spec": {"driver": {"enable": False}}}, NAMESPACE)
+        api.patch(
+            DEVICECONFIGS, "gpus", {"spec": {"driver": {"enable": False, "driverType": None}}}, NAMESPACE
+        )
         wait_ready(stub_cluster)
 
 
