@@ -8,6 +8,7 @@ reboots that change the bootID. The bounds are checked after every single pass, 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -18,6 +19,8 @@ from gpuop_operator.driverflow import (
     ADMIN_CORDON,
     FAILURE,
     PAUSE_VALUE,
+    TEST_REQUEST,
+    TEST_RESULT,
     VERSION_LABEL,
     DriverPlan,
     FailedRun,
@@ -55,6 +58,9 @@ class World:
     events: list[tuple[str, str, str]] = field(default_factory=list)
     created: list[tuple[str, str]] = field(default_factory=list)
     reboots: int = 0
+    validation_recipe: str | None = None
+    failing_validation: set[str] = field(default_factory=set)
+    answered: list[str] = field(default_factory=list)
 
     def step(self, config: DriverConfig, seconds: float = 10.0) -> DriverPlan:
         self.now += seconds
@@ -68,6 +74,8 @@ class World:
             failed_runs=self.failed_runs,
             now=self.now,
             job_deadline_s=600,
+            validation_recipe=self.validation_recipe,
+            validation_timeout_s=300,
         )
         for patch in plan.patches:
             node = self.nodes[patch.node]
@@ -101,7 +109,23 @@ class World:
                 elif value == "true" and label.startswith("gpuop.dev/deploy."):
                     self.operand_pods.add((name, service))
         self.events += [(e.node, e.reason, e.message) for e in plan.events]
+        self._answer_test_requests()
         return plan
+
+    def _answer_test_requests(self) -> None:
+        """The nodes' test runners: answer a request and clear it (docs/test-runner.md)."""
+        for name, node in self.nodes.items():
+            request = node.annotations.get(TEST_REQUEST)
+            if not request or (name, "test-runner") not in self.operand_pods:
+                continue
+            recipe, _, request_id = request.partition(":")
+            result = "Failed" if name in self.failing_validation else "Passed"
+            answer = json.dumps(
+                {"requestId": request_id, "recipe": recipe, "result": result, "reason": "gpu 0: ECC"}
+            )
+            annotations = {k: v for k, v in node.annotations.items() if k != TEST_REQUEST}
+            self.nodes[name] = dataclasses.replace(node, annotations={**annotations, TEST_RESULT: answer})
+            self.answered.append(name)
 
     def _node_of(self, pod: NodePod) -> str:
         return next(node for node, pods in self.pods.items() if pod in pods)
@@ -384,3 +408,31 @@ def test_upgrades_disabled_leaves_version_drift_visible() -> None:
         DriverConfig.model_validate({"enable": True, "version": "6.2", "upgradePolicy": {"enable": False}})
     )
     assert plan.states["n00"].state == "version-drift" and plan.patches == []
+
+
+def test_with_a_validation_recipe_the_test_runner_must_pass_the_node_first() -> None:
+    runner = deploy_label("test-runner")
+    nodes = installed_cluster(2, **{runner: "true"})
+    world = World(nodes, validation_recipe="gst_single", failing_validation={"n01"})
+    world.nodes["n01"] = dataclasses.replace(
+        world.nodes["n01"], annotations={TEST_RESULT: json.dumps({"requestId": "old", "result": "Passed"})}
+    )
+    config = driver("6.2", maxParallelUpgrades=2, maxUnavailableNodes=2, rebootRequired=False)
+    for _ in range(30):
+        world.step(config)
+    assert world.states() == {"n00": "upgrade-done", "n01": "upgrade-failed"}
+    assert sorted(world.answered) == ["n00", "n01"]  # an older answer never counted
+    assert "validation recipe gst_single Failed: gpu 0: ECC" in world.nodes["n01"].annotations[FAILURE]
+    assert world.nodes["n01"].unschedulable and not world.nodes["n00"].unschedulable
+
+
+def test_a_validation_nobody_answers_times_out() -> None:
+    world = World(installed_cluster(1), validation_recipe="gst_single")  # no test runner pod on the node
+    config = driver("6.2", rebootRequired=False)
+    for _ in range(120):
+        world.step(config)
+    assert world.states()["n00"] == "upgrade-failed"
+    assert (
+        "validation timed out after 900s waiting for an answer to recipe gst_single"
+        in world.nodes["n00"].annotations[FAILURE]
+    )

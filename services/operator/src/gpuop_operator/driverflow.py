@@ -17,6 +17,7 @@ up where the last one stopped and repeats no finished step.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -39,6 +40,9 @@ DEFAULT_VERSION = "default"  # label value when spec.driver.version is empty (th
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0  # a refused eviction is tried again this soon
 STEP_ANNOTATIONS = (SINCE, ADMIN_CORDON, PAUSED, BOOT_ID)
+# The test runner's operator API (docs/test-runner.md): a request annotation, answered in JSON.
+TEST_REQUEST = "gpuop.dev/test-request"
+TEST_RESULT = "gpuop.dev/test-result"
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,11 @@ class _Planner:
         failed_runs: Mapping[str, FailedRun],
         now: float,
         job_deadline_s: float,
+        validation_recipe: str | None,
+        validation_timeout_s: float,
     ) -> None:
+        self.validation_recipe = validation_recipe
+        self.validation_timeout_s = validation_timeout_s
         self.driver = driver
         self.want = desired_version(driver)
         self.policy = driver.upgrade_policy
@@ -351,7 +359,8 @@ class _Planner:
         self._state(node, UpgradeState.VALIDATING.value)
 
     def _validate(self, node: NodeInfo) -> None:
-        if node.ready and node.gpus_allocatable > 0:
+        budget = VALIDATE_TIMEOUT_S + (self.validation_timeout_s if self.validation_recipe else 0.0)
+        if node.ready and node.gpus_allocatable > 0 and self._recipe_passed(node):
             self._patch(
                 node,
                 UpgradeState.DONE,
@@ -361,11 +370,53 @@ class _Planner:
             )
             self._state(node, UpgradeState.DONE.value)
             return
-        if self.now - _since(node) >= VALIDATE_TIMEOUT_S:
-            self._fail(node, f"the GPUs did not come back in allocatable within {int(VALIDATE_TIMEOUT_S)}s")
+        if node.name in self.plan.states:  # the recipe's answer failed the node just now
             return
-        self.plan.wake(VALIDATE_TIMEOUT_S - (self.now - _since(node)))
-        self._state(node, UpgradeState.VALIDATING.value, "waiting for the GPUs in allocatable")
+        if self.now - _since(node) >= budget:
+            what = (
+                f"recipe {self.validation_recipe} answered"
+                if node.gpus_allocatable
+                else "GPUs in allocatable"
+            )
+            self._fail(node, f"validation timed out after {int(budget)}s waiting for {what}")
+            return
+        self.plan.wake(budget - (self.now - _since(node)))
+        waiting = "the test runner's answer" if node.gpus_allocatable else "the GPUs in allocatable"
+        self._state(node, UpgradeState.VALIDATING.value, f"waiting for {waiting}")
+
+    def _recipe_passed(self, node: NodeInfo) -> bool:
+        """With a validation recipe: ask the node's test runner once, True when it answered Passed
+        (a failed answer fails the node). The request id names this walk, so an older answer (or an
+        automatic run's) never counts."""
+        if not self.validation_recipe:
+            return True
+        request_id = f"driver-upgrade-{node.annotations.get(SINCE, '0')}"
+        answer = _answer(node.annotations.get(TEST_RESULT, ""))
+        if answer.get("requestId") == request_id:
+            if answer.get("result") == "Passed":
+                return True
+            self._fail(
+                node,
+                f"validation recipe {self.validation_recipe} {answer.get('result', 'failed')}"
+                + (f": {answer['reason']}" if answer.get("reason") else ""),
+            )
+            return False
+        wanted = f"{self.validation_recipe}:{request_id}"
+        if node.annotations.get(TEST_REQUEST) != wanted:
+            self._patch(
+                node,
+                UpgradeState.VALIDATING,
+                annotations={TEST_REQUEST: wanted, SINCE: node.annotations.get(SINCE)},
+            )
+        return False
+
+
+def _answer(text: str) -> dict[str, str]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def plan_driver(
@@ -378,12 +429,16 @@ def plan_driver(
     failed_runs: Mapping[str, FailedRun] | None = None,
     now: float,
     job_deadline_s: float = 3600.0,
+    validation_recipe: str | None = None,
+    validation_timeout_s: float = 3600.0,
 ) -> DriverPlan:
     """One pass of the driver lifecycle over the nodes a DeviceConfig selects (`driver.enable`).
 
     `jobs` maps (node, operation) to its Job; `node_pods` the pods of nodes being drained;
     `operand_pods` (node, service) of the operand pods still present; `failed_runs` what the pods of
-    failed Jobs reported (a failed Job missing from it is asked for in `plan.failures` first)."""
+    failed Jobs reported (a failed Job missing from it is asked for in `plan.failures` first);
+    `validation_recipe`: the test runner's recipe a node must pass before `upgrade-done` (None:
+    the GPUs back in allocatable are enough)."""
     planner = _Planner(
         driver=driver,
         jobs=jobs,
@@ -392,6 +447,8 @@ def plan_driver(
         failed_runs=failed_runs or {},
         now=now,
         job_deadline_s=job_deadline_s,
+        validation_recipe=validation_recipe,
+        validation_timeout_s=validation_timeout_s,
     )
     views: list[NodeView] = []
     by_name = {node.name: node for node in nodes}
