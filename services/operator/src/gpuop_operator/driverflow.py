@@ -374,9 +374,9 @@ class _Planner:
             return
         if self.now - _since(node) >= budget:
             what = (
-                f"recipe {self.validation_recipe} answered"
+                f"an answer to recipe {self.validation_recipe}"
                 if node.gpus_allocatable
-                else "GPUs in allocatable"
+                else "the GPUs in allocatable"
             )
             self._fail(node, f"validation timed out after {int(budget)}s waiting for {what}")
             return
