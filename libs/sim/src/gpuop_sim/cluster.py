@@ -34,6 +34,7 @@ from gpuop_sim.workloads.kubeapi import NODES, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
 from gpuop_sim.workloads.simkubelet.runtime import DeviceSource, PodsMode, SimKubelets
+from gpuop_sim.workloads.simkubelet.stub import StubOutcomeFn
 from gpuop_sim.workloads.simkubelet.worker import NodeRuntime
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,7 @@ class SimCluster:
         node_roots: bool | None = None,
         max_grace_seconds: float = 3.0,
         scripts_dir: Path | None = None,
+        stub_outcome: StubOutcomeFn | None = None,
     ) -> None:
         if pods not in ("process", "stub"):
             raise ValueError(f"pods must be 'process' or 'stub', not {pods!r}")
@@ -175,6 +177,9 @@ class SimCluster:
             )
         self._max_grace = max_grace_seconds
         self._scripts_dir = scripts_dir or Path(sys.executable).parent
+        if stub_outcome is not None and pods != "stub":
+            raise ValueError("stub_outcome needs pods='stub'; process pods run their real programs")
+        self._stub_outcome = stub_outcome
         self.nodes: list[SimNode] = []
         self.server: SimApiServer | None = None
         self.rest: KubeRest | None = None
@@ -211,6 +216,7 @@ class SimCluster:
             runtimes,
             self.pods_mode,
             device_sources=_emulator_source if self._device_plugins else None,
+            stub_outcome=self._stub_outcome,
         )
         self.kubelets.start()
 
@@ -282,6 +288,16 @@ class SimCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+    def set_stub_outcome(self, outcome: StubOutcomeFn | None) -> None:
+        """Test hook for stub pods: `outcome(pod) -> StubOutcome | None` decides how each stub pod
+        that starts from now on runs (Running `duration_s`, then exits with `exit_code` and
+        `termination_message`); None (or a hook answering None) keeps the default behaviour."""
+        if self.pods_mode != "stub":
+            raise ValueError("stub outcomes need pods='stub'; process pods run their real programs")
+        self._stub_outcome = outcome
+        if self.kubelets is not None:
+            self.kubelets.set_stub_outcome(outcome)
 
     # -- accessors -------------------------------------------------------------------------------
     @property

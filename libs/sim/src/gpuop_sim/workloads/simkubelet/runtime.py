@@ -28,7 +28,7 @@ from gpuop_sim.workloads.objects import (
 )
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator
 from gpuop_sim.workloads.simkubelet.nodestatus import mark_ready, publish_resources
-from gpuop_sim.workloads.simkubelet.stub import StubRunner
+from gpuop_sim.workloads.simkubelet.stub import StubOutcomeFn, StubRunner
 from gpuop_sim.workloads.simkubelet.worker import NodeRuntime, PodWorker, utc_now
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class SimKubelets:
         mode: PodsMode,
         *,
         device_sources: DeviceSourceFactory | None = None,
+        stub_outcome: StubOutcomeFn | None = None,
     ) -> None:
         self.rest = rest
         self.mode = mode
@@ -67,7 +68,11 @@ class SimKubelets:
             self._objects = {"configmaps": Informer(rest, CONFIGMAPS), "secrets": Informer(rest, SECRETS)}
         self._workers: dict[str, PodWorker] = {}
         self._lock = threading.Lock()
-        self._stub = StubRunner(rest, {n.name: n.address for n in nodes}) if mode == "stub" else None
+        self._stub = (
+            StubRunner(rest, {n.name: n.address for n in nodes}, outcome=stub_outcome)
+            if mode == "stub"
+            else None
+        )
         self._resources = WorkQueue("node-resources", self._publish)
 
     def start(self, timeout: float = 30.0) -> None:
@@ -107,6 +112,12 @@ class SimKubelets:
         self._resources.stop()
         for informer in self._objects.values():
             informer.stop()
+
+    def set_stub_outcome(self, outcome: StubOutcomeFn | None) -> None:
+        """The stub pods' outcome hook for pods that start from now on (stub mode only)."""
+        if self._stub is None:
+            raise ValueError("stub outcomes need pods='stub'; process pods run their real programs")
+        self._stub.outcome = outcome
 
     def _resource_notifier(self, node_name: str) -> Callable[[], None]:
         return lambda: self._resources.add(node_name)
