@@ -115,3 +115,21 @@ def test_stub_node_reboot_restarts_daemons_and_fails_running_job_pods(cluster: S
     cluster.wait_for_object(JOBS, "upgrade", NS, failed)
     (pod,) = api.list(PODS, NS, labelSelector="job-name=upgrade")[0]
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 255
+
+
+def test_fake_reboot_from_outside_a_pod_returns_and_the_node_reboots(cluster: SimCluster) -> None:
+    import time
+
+    api = cluster.api()
+    root = cluster.node("amd-0").root
+    old_boot = api.get(NODES, "amd-0")["status"]["nodeInfo"]["bootID"]
+    boots = hostfakes.boots(root)
+    started = time.monotonic()
+    assert run(root, "reboot") == 0
+    assert time.monotonic() - started < 5  # no pod to kill: it does not wait
+
+    def rebooted(node: dict[str, Any]) -> bool:
+        return bool(node["status"]["nodeInfo"]["bootID"] != old_boot)
+
+    cluster.wait_for_object(NODES, "amd-0", None, rebooted, timeout=20)
+    cluster.wait_for(lambda: hostfakes.boots(root) == boots + 1, 10, what="the host root's boot")

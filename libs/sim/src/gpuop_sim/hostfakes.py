@@ -19,8 +19,9 @@ lays a minimal KFD/DRM tree for the AMD PCI GPUs under `sys/bus/pci/devices`, `m
 `/dev/nvidia*` nodes for the NVIDIA ones (plain files, not device nodes).
 
 `reboot` / `systemctl reboot`: on a root a running SimCluster watches (`.gpuop-sim/rebooter`
-names its live pid) the fake asks the cluster to reboot the node and waits to be killed by that
-reboot, as a real `reboot` ends the pod running it; elsewhere it does what a boot leaves (`boot()`).
+names its live pid) the fake asks the cluster to reboot the node; run inside a simulated pod it then
+waits to be killed by that reboot, as a real reboot ends the pod running it (run from a test it
+returns at once and the reboot follows). Elsewhere it does what a boot leaves (`boot()`).
 
 Failure injection: `fail(root, "dkms", stderr)` makes the next DKMS build (and `dkms` itself) fail
 with that stderr, as a module that does not compile for the running kernel does.
@@ -54,6 +55,7 @@ FAILURES = f"{STATE_DIR}/fail"
 REBOOTER = drivertree.SIM_DIR / "rebooter"  # pid of the SimCluster that reboots this node
 REBOOT_REQUEST = drivertree.SIM_DIR / "reboot-request"
 REBOOT_WAIT_SECONDS = 60.0
+IN_POD_ENV = "GPUOP_NODE_NAME"  # set in every simulated pod's containers
 DEFAULT_KERNEL = "6.8.0-40-generic"
 AMD_VENDOR = "0x1002"
 NVIDIA_VENDOR = "0x10de"
@@ -415,7 +417,8 @@ def reboot(root: Path, args: list[str]) -> int:
         return 0
     write_file(root / REBOOT_REQUEST, str(time.time()))
     print("Rebooting.", flush=True)
-    time.sleep(REBOOT_WAIT_SECONDS)  # the node's reboot kills this container first
+    if os.environ.get(IN_POD_ENV):
+        time.sleep(REBOOT_WAIT_SECONDS)  # the node's reboot kills this container first
     return 0
 
 
