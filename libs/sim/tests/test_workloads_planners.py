@@ -215,6 +215,68 @@ def test_job_fails_after_backoff_limit() -> None:
     assert plan.status["conditions"][-1]["reason"] == "BackoffLimitExceeded"
 
 
+def deadline_job(**spec: Any) -> dict[str, Any]:
+    body = job(completions=1, backoff_limit=0)
+    body["spec"].update(spec)
+    body["status"] = {"startTime": "2026-01-01T00:00:00Z"}
+    return body
+
+
+def conditions(plan: Any) -> list[tuple[str, str]]:
+    return [(c["type"], c["reason"]) for c in plan.status["conditions"]]
+
+
+def test_backoff_limit_zero_fails_the_job_on_the_first_failed_pod() -> None:
+    body = deadline_job()
+    plan = plan_job(body, [job_pod("Failed")], "2026-01-01T00:00:05Z")
+    assert plan.create == 0
+    assert conditions(plan) == [("FailureTarget", "BackoffLimitExceeded"), ("Failed", "BackoffLimitExceeded")]
+    assert plan.status["failed"] == 1
+
+
+def test_active_deadline_fails_the_job_after_its_pods_are_gone() -> None:
+    body = deadline_job(activeDeadlineSeconds=30)
+    running = job_pod("Running")
+    early = plan_job(body, [running], "2026-01-01T00:00:10Z")
+    assert early.delete == [] and early.status["conditions"] == []
+    assert early.requeue_after == 20  # looks again exactly at the deadline
+
+    due = plan_job(body, [running], "2026-01-01T00:00:30Z")
+    assert due.delete == [running]
+    assert conditions(due) == [("FailureTarget", "DeadlineExceeded")]  # Failed only once pods are gone
+    assert due.status["failed"] == 1 and due.status["terminating"] == 1 and due.status["active"] == 0
+
+    body["status"] = dict(due.status)
+    terminating = job_pod("Running")
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    waiting = plan_job(body, [terminating], "2026-01-01T00:00:31Z")
+    assert [c for c, _ in conditions(waiting)] == ["FailureTarget"] and waiting.create == 0
+    gone = plan_job(body, [], "2026-01-01T00:00:32Z")
+    assert conditions(gone)[-1] == ("Failed", "DeadlineExceeded")
+    assert gone.status["failed"] == 1  # the deleted pod stays counted
+    assert "completionTime" not in gone.status
+
+
+def test_job_completes_through_success_criteria_met() -> None:
+    plan = plan_job(deadline_job(), [job_pod("Succeeded")], "2026-01-01T00:00:03Z")
+    assert conditions(plan) == [
+        ("SuccessCriteriaMet", "CompletionsReached"),
+        ("Complete", "CompletionsReached"),
+    ]
+    assert plan.status["completionTime"] == "2026-01-01T00:00:03Z"
+
+
+def test_ttl_after_finished_deletes_the_job_that_long_after_it_finished() -> None:
+    body = deadline_job(ttlSecondsAfterFinished=60)
+    body["status"] = plan_job(body, [job_pod("Succeeded")], "2026-01-01T00:01:00Z").status
+    waiting = plan_job(body, [job_pod("Succeeded")], "2026-01-01T00:01:45Z")
+    assert not waiting.delete_job and waiting.requeue_after == 15
+    assert plan_job(body, [job_pod("Succeeded")], "2026-01-01T00:02:00Z").delete_job
+    no_ttl = deadline_job()
+    no_ttl["status"] = body["status"]
+    assert not plan_job(no_ttl, [], "2030-01-01T00:00:00Z").delete_job
+
+
 def test_job_pod_restart_policy_defaults_to_never_and_has_job_labels() -> None:
     pod = build_job_pod(job())
     assert pod["spec"]["restartPolicy"] == "Never"

@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gpuop_sim import hostfakes
 from gpuop_sim.apiserver import SimApiServer
 from gpuop_sim.crilog import PodLogFiles, instance_log, instances, read_content
 from gpuop_sim.kubelet import KubeletEmulator
@@ -34,6 +36,7 @@ from gpuop_sim.workloads.kubeapi import NODES, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
 from gpuop_sim.workloads.simkubelet.runtime import DeviceSource, PodsMode, SimKubelets
+from gpuop_sim.workloads.simkubelet.stub import StubOutcomeFn
 from gpuop_sim.workloads.simkubelet.worker import NodeRuntime
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class SimNode:
     address: str
     env: Mapping[str, str] = field(default_factory=dict)
     partitions: int = 0  # AMD compute partitions / NVIDIA MIG devices
+    driver_loaded: bool = True  # False: GPUs on the PCI bus only until the host fakes load the driver
 
 
 def node_address(index: int) -> str:
@@ -151,6 +155,9 @@ class SimCluster:
         node_roots: bool | None = None,
         max_grace_seconds: float = 3.0,
         scripts_dir: Path | None = None,
+        stub_outcome: StubOutcomeFn | None = None,
+        driver_loaded: bool = True,
+        reboot_down_seconds: float = 1.0,
     ) -> None:
         if pods not in ("process", "stub"):
             raise ValueError(f"pods must be 'process' or 'stub', not {pods!r}")
@@ -175,6 +182,15 @@ class SimCluster:
             )
         self._max_grace = max_grace_seconds
         self._scripts_dir = scripts_dir or Path(sys.executable).parent
+        if stub_outcome is not None and pods != "stub":
+            raise ValueError("stub_outcome needs pods='stub'; process pods run their real programs")
+        self._stub_outcome = stub_outcome
+        # False: every GPU node starts with its PCI devices but no driver (build_node_root's flag).
+        self._driver_loaded = driver_loaded
+        self._reboot_down = reboot_down_seconds
+        self._reboot_locks: dict[str, threading.Lock] = {}
+        self._watch_stop = threading.Event()
+        self._reboot_watch: threading.Thread | None = None
         self.nodes: list[SimNode] = []
         self.server: SimApiServer | None = None
         self.rest: KubeRest | None = None
@@ -211,8 +227,11 @@ class SimCluster:
             runtimes,
             self.pods_mode,
             device_sources=_emulator_source if self._device_plugins else None,
+            stub_outcome=self._stub_outcome,
         )
         self.kubelets.start()
+        if self._node_roots:
+            self._start_reboot_watch()
 
     def _build_nodes(self) -> list[SimNode]:
         nodes = []
@@ -225,11 +244,14 @@ class SimCluster:
             name = f"{vendor}-{number}"
             if self._node_roots:
                 root = self.state_dir / "nodes" / name
-                info = build_node_root(profile, root, node_name=name)
+                info = build_node_root(profile, root, node_name=name, driver_loaded=self._driver_loaded)
             else:
                 if profile not in shared:
                     shared_root = self.state_dir / "profiles" / profile
-                    shared[profile] = (shared_root, build_node_root(profile, shared_root))
+                    shared[profile] = (
+                        shared_root,
+                        build_node_root(profile, shared_root, driver_loaded=self._driver_loaded),
+                    )
                 root, info = shared[profile]
             nodes.append(
                 SimNode(
@@ -241,6 +263,7 @@ class SimCluster:
                     address=node_address(index),
                     env=dict(info.env),
                     partitions=int(info.partition_count),
+                    driver_loaded=info.driver_loaded,
                 )
             )
         return nodes
@@ -260,6 +283,12 @@ class SimCluster:
 
     def stop(self) -> None:
         """Stop kubelets (terminating every pod process), controllers and the API server."""
+        self._watch_stop.set()
+        if self._reboot_watch is not None:
+            self._reboot_watch.join(timeout=5)
+            self._reboot_watch = None
+        for node in self.nodes if self._node_roots else []:
+            (node.root / hostfakes.REBOOTER).unlink(missing_ok=True)
         if self.kubelets is not None:
             self.kubelets.stop()
             self.kubelets = None
@@ -282,6 +311,65 @@ class SimCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+    # -- reboots ---------------------------------------------------------------------------------
+    def reboot_node(self, name: str, down_seconds: float | None = None) -> str:
+        """Reboot simulated node `name`; returns its new `status.nodeInfo.bootID`.
+
+        A watcher sees Ready go False (KubeletNotReady, with the not-ready taint) and come back True,
+        the bootID change, and every container on the node restarted as after a real reboot (the
+        restartCount of restartPolicy Always/OnFailure containers goes up; a running Never pod, e.g.
+        a Job's, fails). While the node is down its host root goes through `hostfakes.boot` (loaded
+        modules gone, /etc/modules-load.d and in-box drivers loaded again); not on stub nodes that
+        share one root per profile. `reboot` / `systemctl reboot` run by a pod on the node ends here.
+        """
+        node = self.node(name)
+        kubelets = self.kubelets
+        if kubelets is None:
+            raise SimClusterError("the simulated cluster is not running")
+        with self._reboot_locks.setdefault(name, threading.Lock()):
+            return kubelets.reboot_node(
+                name,
+                down_seconds=self._reboot_down if down_seconds is None else down_seconds,
+                while_down=(lambda: hostfakes.boot(node.root)) if self._node_roots else None,
+            )
+
+    def _start_reboot_watch(self) -> None:
+        """Note this process in each node root, so the fake `reboot` asks us instead of booting."""
+        for node in self.nodes:
+            hostfakes.write_file(node.root / hostfakes.REBOOTER, str(os.getpid()))
+            (node.root / hostfakes.REBOOT_REQUEST).unlink(missing_ok=True)
+        self._reboot_watch = threading.Thread(target=self._watch_reboots, name="sim-reboots", daemon=True)
+        self._reboot_watch.start()
+
+    def _watch_reboots(self) -> None:
+        while not self._watch_stop.wait(0.1):
+            for node in self.nodes:
+                request = node.root / hostfakes.REBOOT_REQUEST
+                if not request.exists():
+                    continue
+                request.unlink(missing_ok=True)
+                log.info("node %s: the host asked for a reboot", node.name)
+                threading.Thread(
+                    target=self._reboot_quietly, args=(node.name,), name=f"reboot-{node.name}", daemon=True
+                ).start()
+
+    def _reboot_quietly(self, name: str) -> None:
+        try:
+            self.reboot_node(name)
+        except Exception:
+            if not self._watch_stop.is_set():
+                log.exception("node %s: simulated reboot failed", name)
+
+    def set_stub_outcome(self, outcome: StubOutcomeFn | None) -> None:
+        """Test hook for stub pods: `outcome(pod) -> StubOutcome | None` decides how each stub pod
+        that starts from now on runs (Running `duration_s`, then exits with `exit_code` and
+        `termination_message`); None (or a hook answering None) keeps the default behaviour."""
+        if self.pods_mode != "stub":
+            raise ValueError("stub outcomes need pods='stub'; process pods run their real programs")
+        self._stub_outcome = outcome
+        if self.kubelets is not None:
+            self.kubelets.set_stub_outcome(outcome)
 
     # -- accessors -------------------------------------------------------------------------------
     @property

@@ -10,9 +10,18 @@ its earlier commands did: installed packages (`dpkg-query`, `rpm -q`), built DKM
 (`dkms status`), loaded modules (`/sys/module/<m>/initstate`), device nodes, active units.
 
 Where they differ from the real tools: no download, no compiler; a `*-dkms` (or NVIDIA kernel module)
-package "builds" for the running kernel at install time, as its postinst does. `modprobe amdgpu` lays
-a minimal KFD/DRM tree for the AMD PCI GPUs under `sys/bus/pci/devices`, `modprobe nvidia` the
+package "builds" for the running kernel at install time, as its postinst does. On a simulated node's
+root (a node profile, `gpuop_sim.drivertree`) `modprobe amdgpu` / `modprobe nvidia` move in the
+profile's own driver tree (the KFD/DRM tree `build_node_root` lays; the NVIDIA device nodes and the
+fake NVML's driver) and `modprobe -r` moves it out again; a driver the profile ships with (in-box)
+loads without a DKMS build and at every boot. On a bare root without a profile `modprobe amdgpu`
+lays a minimal KFD/DRM tree for the AMD PCI GPUs under `sys/bus/pci/devices`, `modprobe nvidia` the
 `/dev/nvidia*` nodes for the NVIDIA ones (plain files, not device nodes).
+
+`reboot` / `systemctl reboot`: on a root a running SimCluster watches (`.gpuop-sim/rebooter`
+names its live pid) the fake asks the cluster to reboot the node; run inside a simulated pod it then
+waits to be killed by that reboot, as a real reboot ends the pod running it (run from a test it
+returns at once and the reboot follows). Elsewhere it does what a boot leaves (`boot()`).
 
 Failure injection: `fail(root, "dkms", stderr)` makes the next DKMS build (and `dkms` itself) fail
 with that stderr, as a module that does not compile for the running kernel does.
@@ -25,12 +34,16 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+
+from gpuop_sim import drivertree
 
 STATE_DIR = ".gpuop-fakes"
 LOG = f"{STATE_DIR}/commands.log"
@@ -39,6 +52,10 @@ DKMS = f"{STATE_DIR}/dkms.json"
 KERNEL = f"{STATE_DIR}/kernel"
 BOOTS = f"{STATE_DIR}/boots"
 FAILURES = f"{STATE_DIR}/fail"
+REBOOTER = drivertree.SIM_DIR / "rebooter"  # pid of the SimCluster that reboots this node
+REBOOT_REQUEST = drivertree.SIM_DIR / "reboot-request"
+REBOOT_WAIT_SECONDS = 60.0
+IN_POD_ENV = "GPUOP_NODE_NAME"  # set in every simulated pod's containers
 DEFAULT_KERNEL = "6.8.0-40-generic"
 AMD_VENDOR = "0x1002"
 NVIDIA_VENDOR = "0x10de"
@@ -301,22 +318,31 @@ def modprobe(root: Path, args: list[str]) -> int:
         base = module.replace("-", "_").split("_")[0]
         mdir = root / "sys/module" / module.replace("-", "_")
         if remove:
+            if module in drivertree.MODULES and drivertree.unload(root, module):
+                continue
             for path in sorted(mdir.rglob("*"), reverse=True) if mdir.is_dir() else []:
                 path.unlink() if not path.is_dir() or path.is_symlink() else path.rmdir()
             continue
         build = built.get(f"{base}/{_kernel(root)}")
+        tree = module in drivertree.MODULES and drivertree.managed(root, module)
+        if build is None and base in drivertree.MODULES and drivertree.inbox(root, base):
+            build = ""  # the in-box module of the profile: its tree carries its version
         if build is None:
             print(
                 f"modprobe: FATAL: Module {module} not found in directory /lib/modules/{_kernel(root)}",
                 file=sys.stderr,
             )
             return 1
+        if tree:
+            drivertree.load(root, module)
+            shutil.rmtree(mdir / "parameters", ignore_errors=True)  # a fresh load's parameters only
         write_file(mdir / "initstate", "live")
-        write_file(mdir / "version", build)
+        if build or not (mdir / "version").is_file():
+            write_file(mdir / "version", build)
         for param in params:
             key, _, value = param.partition("=")
             write_file(mdir / "parameters" / key, value)
-        if module in _LAYERS:
+        if module in _LAYERS and not tree:
             _LAYERS[module](root)
         for node in _DEV_NODES.get(module, ()):
             write_file(root / "dev" / node, "")
@@ -345,7 +371,10 @@ def systemctl(root: Path, args: list[str]) -> int:
 
 def boot(root: Path, kernel: str | None = None) -> None:
     """What a reboot leaves: no loaded module, no driver device node; then, as systemd-modules-load
-    does, the modules named in /etc/modules-load.d are loaded if built for the (new) kernel."""
+    does, the modules named in /etc/modules-load.d are loaded if built for the (new) kernel, and a
+    profile's in-box driver (gpuop_sim.drivertree) is loaded as udev does for matching devices."""
+    for module in drivertree.MODULES:
+        drivertree.unload(root, module)
     for relative in VOLATILE:
         path = root / relative
         if path.is_dir() and not path.is_symlink():
@@ -358,14 +387,38 @@ def boot(root: Path, kernel: str | None = None) -> None:
         set_kernel(root, kernel)
     write_file(root / BOOTS, str(boots(root) + 1))
     with contextlib.redirect_stderr(io.StringIO()):  # a module that fails to load only logs, as at boot
+        for module in drivertree.MODULES:
+            if drivertree.inbox(root, module):
+                modprobe(root, [module])
         for conf in sorted((root / "etc/modules-load.d").glob("*.conf")):
             for line in conf.read_text().splitlines():
                 if line.strip() and not line.lstrip().startswith("#"):
                     modprobe(root, [line.strip()])
 
 
+def _watched(root: Path) -> bool:
+    """Whether a live SimCluster reboots this root's node (it wrote its pid there)."""
+    try:
+        pid = int((root / REBOOTER).read_text().strip())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def reboot(root: Path, args: list[str]) -> int:
-    boot(root)
+    if not _watched(root):
+        boot(root)
+        return 0
+    write_file(root / REBOOT_REQUEST, str(time.time()))
+    print("Rebooting.", flush=True)
+    if os.environ.get(IN_POD_ENV):
+        time.sleep(REBOOT_WAIT_SECONDS)  # the node's reboot kills this container first
     return 0
 
 

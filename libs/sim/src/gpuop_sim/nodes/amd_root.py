@@ -187,5 +187,6 @@ def lay_amd_drm(dest: Path, board: AmdBoard) -> AmdLayout:
             layout.partitions += 1
     write(dest / "sys/module/amdgpu/version", board.driver_version)
     write(dest / "sys/module/amdgpu/srcversion", AMDGPU_SRCVERSION)
+    write(dest / "sys/module/amdgpu/initstate", "live")
     write(dest / "dev/kfd", "")
     return layout

@@ -8,6 +8,7 @@ from pathlib import Path
 from gpuop_sim.nodes.fake_nvml_api import (
     _MAX_MIG_DEVICES,
     NVML_DEVICE_MIG_ENABLE,
+    NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_LIBRARY_NOT_FOUND,
@@ -59,6 +60,8 @@ class FakeNvmlCore:
         state = self._current()
         if state is None or not state.library_present:
             raise _fail(NVML_ERROR_LIBRARY_NOT_FOUND)
+        if not state.driver_loaded:
+            raise _fail(NVML_ERROR_DRIVER_NOT_LOADED)
         return state
 
     def _gpu(self, handle: _Handle, fn: str, *, mig_ok: bool = True) -> GpuState:
@@ -87,6 +90,8 @@ class FakeNvmlCore:
         state = self._current()
         if state is None or not state.library_present:
             raise _fail(NVML_ERROR_LIBRARY_NOT_FOUND)
+        if not state.driver_loaded:
+            raise _fail(NVML_ERROR_DRIVER_NOT_LOADED)
         self._initialized += 1
 
     def nvmlShutdown(self) -> None:  # noqa: N802

@@ -96,6 +96,7 @@ class XidEvent(BaseModel):
 
 class NvmlState(BaseModel):
     library_present: bool = True
+    driver_loaded: bool = True  # False: nvmlInit raises NVML_ERROR_DRIVER_NOT_LOADED (no kernel module)
     driver_version: str
     cuda_driver_version: int
     gpus: list[GpuState]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpuop_common.gpu.models import Vendor
 
+from gpuop_sim import drivertree
 from gpuop_sim.nodes import amd_driver, boards, kfd_gen
 from gpuop_sim.nodes.amd_root import AmdBoard, AmdLayout, lay_amd_drm
 from gpuop_sim.nodes.captures import extract
@@ -32,6 +33,7 @@ class NodeRootInfo:
     pci_addresses: tuple[str, ...] = ()
     nvml_state_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    driver_loaded: bool = True  # False: the PCI devices only; `modprobe` (hostfakes) loads it
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class NodeProfile:
     name: str
     vendor: Vendor | None
     description: str
-    build: Callable[[Path, str], NodeRootInfo]
+    build: Callable[[Path, str, bool], NodeRootInfo]
 
 
 def _env(root: Path, state: Path | None) -> dict[str, str]:
@@ -55,11 +57,15 @@ def _env(root: Path, state: Path | None) -> dict[str, str]:
 
 
 def _amd(name: str, kfd: Callable[[Path], object], board: AmdBoard, *, driver: bool = False) -> NodeProfile:
-    def build(dest: Path, node: str) -> NodeRootInfo:
+    def build(dest: Path, node: str, driver_loaded: bool) -> NodeRootInfo:
         kfd(dest)
         layout: AmdLayout = lay_amd_drm(dest, board)
         if driver:
             amd_driver.install(dest)
+        paths = drivertree.amd_driver_paths(dest, layout.gpus)
+        drivertree.record(dest, "amdgpu", paths, inbox=driver_loaded)
+        if not driver_loaded:
+            drivertree.unload(dest, "amdgpu")
         return NodeRootInfo(
             profile=name,
             root=dest,
@@ -68,6 +74,7 @@ def _amd(name: str, kfd: Callable[[Path], object], board: AmdBoard, *, driver: b
             partition_count=layout.partitions,
             pci_addresses=tuple(layout.gpus),
             env=_env(dest, None),
+            driver_loaded=driver_loaded,
         )
 
     return NodeProfile(name, Vendor.AMD, "", build)
@@ -78,9 +85,14 @@ def _capture(capture: str) -> Callable[[Path], object]:
 
 
 def _nvidia(name: str, mig: dict[int, list[str]] | None) -> NodeProfile:
-    def build(dest: Path, node: str) -> NodeRootInfo:
+    def build(dest: Path, node: str, driver_loaded: bool) -> NodeRootInfo:
         state = boards.h100x8_state(node, mig)
         path = lay_nvidia(dest, state)
+        paths = drivertree.nvidia_driver_paths(dest)
+        nvml = str(path.relative_to(dest))
+        drivertree.record(dest, "nvidia", paths, inbox=driver_loaded, nvml_state=nvml)
+        if not driver_loaded:
+            drivertree.unload(dest, "nvidia")
         return NodeRootInfo(
             profile=name,
             root=dest,
@@ -90,12 +102,13 @@ def _nvidia(name: str, mig: dict[int, list[str]] | None) -> NodeProfile:
             pci_addresses=tuple(f"0000:{g.bus_id.split(':', 1)[1]}".lower() for g in state.gpus),
             nvml_state_path=path,
             env=_env(dest, path),
+            driver_loaded=driver_loaded,
         )
 
     return NodeProfile(name, Vendor.NVIDIA, "", build)
 
 
-def _cpu_only(dest: Path, node: str) -> NodeRootInfo:
+def _cpu_only(dest: Path, node: str, driver_loaded: bool) -> NodeRootInfo:
     for sub in ("sys/class/drm", "sys/bus/pci/devices", "proc/driver", "dev"):
         (dest / sub).mkdir(parents=True, exist_ok=True)
     return NodeRootInfo(profile="cpu-only", root=dest, vendor=None, gpu_count=0, env=_env(dest, None))
@@ -135,10 +148,16 @@ class UnknownProfileError(KeyError):
         super().__init__(f"unknown node profile {profile!r} (known: {', '.join(PROFILES)})")
 
 
-def build_node_root(profile: str, dest: Path, node_name: str | None = None) -> NodeRootInfo:
+def build_node_root(
+    profile: str, dest: Path, node_name: str | None = None, *, driver_loaded: bool = True
+) -> NodeRootInfo:
     """Lay the host root of `profile` under `dest` (created; must be empty or absent).
 
     `node_name` seeds the NVIDIA UUIDs so two simulated nodes of one profile differ.
+    `driver_loaded=False` lays a node with its GPUs on the PCI bus but no driver yet: no KFD/DRM
+    tree, `/sys/module/amdgpu`, `/dev/kfd`, render or `/dev/nvidia*` nodes, and an NVML that answers
+    NVML_ERROR_DRIVER_NOT_LOADED; the full tree waits under `.gpuop-sim/driver/` for `modprobe`
+    (`gpuop_sim.drivertree`). With a driver, the driver counts as in-box: it survives reboots.
     """
     spec = PROFILES.get(profile)
     if spec is None:
@@ -147,4 +166,4 @@ def build_node_root(profile: str, dest: Path, node_name: str | None = None) -> N
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
         raise FileExistsError(f"node root {dest} is not empty")
-    return spec.build(dest, node_name or profile)
+    return spec.build(dest, node_name or profile, driver_loaded)

@@ -166,6 +166,7 @@ class WorkQueue:
         self.name = name
         self._handle = handle
         self._pending: set[str] = set()
+        self._timers: dict[str, float] = {}  # key -> monotonic time its add_after timer fires
         self._cond = threading.Condition()
         self._stop = False
         self._busy = False
@@ -175,6 +176,28 @@ class WorkQueue:
         with self._cond:
             self._pending.add(key)
             self._cond.notify()
+
+    def add_after(self, key: str, delay: float) -> None:
+        """Add `key` once `delay` seconds have passed (a time-based condition comes due then).
+
+        One timer per key: a later request while an earlier-or-equal one is pending adds nothing.
+        """
+        due = time.monotonic() + max(delay, 0.0)
+        with self._cond:
+            pending = self._timers.get(key)
+            if pending is not None and pending <= due:
+                return
+            self._timers[key] = due
+
+        def fire() -> None:
+            with self._cond:
+                if self._timers.get(key) == due:
+                    del self._timers[key]
+            self.add(key)
+
+        timer = threading.Timer(max(delay, 0.0), fire)
+        timer.daemon = True
+        timer.start()
 
     def start(self) -> None:
         self._thread.start()

@@ -235,19 +235,57 @@ class ControllerManager:
         job = self.informers["jobs"].get(key)
         if job is None or is_deleting(job):
             return
-        plan = plan_job(job, self._pods_in(namespace_of(job)), utc_now())
+        now = utc_now()
+        plan = plan_job(job, self._pods_in(namespace_of(job)), now)
+        if plan.delete_job:
+            self._delete_finished_job(job)
+            return
         for pod in plan.delete:
             self._delete(PODS, pod)
+            # Seen as terminating from now on, so a reconcile before the watch event counts it once.
+            self.informers["pods"].upsert(
+                dict(
+                    pod, metadata=dict(meta(pod), deletionTimestamp=meta(pod).get("deletionTimestamp") or now)
+                )
+            )
         for _ in range(plan.create):
             self._create(PODS, build_job_pod(job), "pods")
         old = status_of(job)
-        counts = ("active", "succeeded", "failed", "ready")
+        counts = ("active", "succeeded", "failed", "ready", "terminating")
         if (
             any(old.get(k, 0) != plan.status.get(k, 0) for k in counts)
             or len(old.get("conditions") or []) != len(plan.status.get("conditions") or [])
             or not old.get("startTime")
         ):
-            self._patch_status(JOBS, job, plan.status)
+            self._patch_job_status(job, plan.status)
+        if plan.requeue_after is not None:
+            self.queues["jobs"].add_after(key, plan.requeue_after)
+
+    def _patch_job_status(self, job: Obj, status: Obj) -> None:
+        try:
+            updated = self.rest.patch(JOBS, name_of(job), {"status": status}, namespace_of(job), sub="status")
+        except Exception as error:
+            if not is_status(error, 404):
+                raise
+            return
+        # Our own write in the cache now: a reconcile before its watch event adds no condition twice.
+        updated.setdefault("kind", JOBS.kind)
+        updated.setdefault("apiVersion", JOBS.group_version)
+        self.informers["jobs"].upsert(updated)
+
+    def _delete_finished_job(self, job: Obj) -> None:
+        """The TTL-after-finished controller: foreground deletion, so the pods go before the Job."""
+        body = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Foreground",
+            "preconditions": {"uid": meta(job).get("uid")},
+        }
+        try:
+            self.rest.call("DELETE", JOBS.path(namespace_of(job), name_of(job)), body=body)
+        except Exception as error:
+            if not is_status(error, 404, 409):
+                raise
 
     def _schedule(self) -> None:
         pods = self.informers["pods"].items()

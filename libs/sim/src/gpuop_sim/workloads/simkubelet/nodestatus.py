@@ -78,6 +78,43 @@ def mark_ready(rest: KubeRest, node_name: str, address: str, now: str) -> None:
     log.warning("node %s: could not remove the not-ready taint after 10 attempts", node_name)
 
 
+def mark_not_ready(rest: KubeRest, node_name: str, now: str, message: str) -> None:
+    """The node went down: Ready False (KubeletNotReady) and, as the node lifecycle controller does
+    for a not-ready node, the `node.kubernetes.io/not-ready:NoSchedule` taint (mark_ready lifts it)."""
+    conditions = node_ready_conditions(now)
+    for cond in conditions:
+        if cond["type"] == "Ready":
+            cond.update(status="False", reason="KubeletNotReady", message=message)
+    rest.patch(NODES, node_name, {"status": {"conditions": conditions}}, sub="status")
+    for _attempt in range(10):
+        node = rest.get(NODES, node_name)
+        taints = list(spec_of(node).get("taints") or [])
+        if any(t.get("key") == NOT_READY_TAINT for t in taints):
+            return
+        taint = {"key": NOT_READY_TAINT, "effect": "NoSchedule", "timeAdded": now}
+        current = spec_of(node).get("taints")
+        patch: list[Obj] = (
+            [{"op": "add", "path": "/spec/taints", "value": [taint]}]
+            if current is None
+            else [
+                {"op": "test", "path": "/spec/taints", "value": current},
+                {"op": "replace", "path": "/spec/taints", "value": [*taints, taint]},
+            ]
+        )
+        try:
+            rest.patch(NODES, node_name, patch, content_type=JSON_PATCH)
+            return
+        except Exception as error:
+            if not is_status(error, 409, 422):
+                raise
+    log.warning("node %s: could not add the not-ready taint after 10 attempts", node_name)
+
+
+def set_boot_id(rest: KubeRest, node_name: str, boot_id: str) -> None:
+    """What a kubelet reports after a boot: the kernel's new boot id in status.nodeInfo."""
+    rest.patch(NODES, node_name, {"status": {"nodeInfo": {"bootID": boot_id}}}, sub="status")
+
+
 def publish_resources(
     rest: KubeRest, node_name: str, capacity: Mapping[str, int], allocatable: Mapping[str, int]
 ) -> None:

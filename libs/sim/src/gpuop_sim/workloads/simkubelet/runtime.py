@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, Protocol
@@ -27,8 +29,13 @@ from gpuop_sim.workloads.objects import (
     spec_of,
 )
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator
-from gpuop_sim.workloads.simkubelet.nodestatus import mark_ready, publish_resources
-from gpuop_sim.workloads.simkubelet.stub import StubRunner
+from gpuop_sim.workloads.simkubelet.nodestatus import (
+    mark_not_ready,
+    mark_ready,
+    publish_resources,
+    set_boot_id,
+)
+from gpuop_sim.workloads.simkubelet.stub import StubOutcomeFn, StubRunner
 from gpuop_sim.workloads.simkubelet.worker import NodeRuntime, PodWorker, utc_now
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,7 @@ class SimKubelets:
         mode: PodsMode,
         *,
         device_sources: DeviceSourceFactory | None = None,
+        stub_outcome: StubOutcomeFn | None = None,
     ) -> None:
         self.rest = rest
         self.mode = mode
@@ -66,8 +74,15 @@ class SimKubelets:
         if mode == "process":
             self._objects = {"configmaps": Informer(rest, CONFIGMAPS), "secrets": Informer(rest, SECRETS)}
         self._workers: dict[str, PodWorker] = {}
+        self._node_up = {n.name: threading.Event() for n in nodes}
+        for event in self._node_up.values():
+            event.set()
         self._lock = threading.Lock()
-        self._stub = StubRunner(rest, {n.name: n.address for n in nodes}) if mode == "stub" else None
+        self._stub = (
+            StubRunner(rest, {n.name: n.address for n in nodes}, outcome=stub_outcome)
+            if mode == "stub"
+            else None
+        )
         self._resources = WorkQueue("node-resources", self._publish)
 
     def start(self, timeout: float = 30.0) -> None:
@@ -108,6 +123,54 @@ class SimKubelets:
         for informer in self._objects.values():
             informer.stop()
 
+    def reboot_node(
+        self,
+        name: str,
+        *,
+        down_seconds: float = 1.0,
+        while_down: Callable[[], None] | None = None,
+        timeout: float = 30.0,
+    ) -> str:
+        """Reboot node `name` as its kubelet and the node lifecycle controller would show it: Ready
+        False (KubeletNotReady) plus the not-ready taint; every running container dies (restarted
+        after the boot per restartPolicy; a running Never pod fails); `while_down` runs (the host's
+        boot); a new `status.nodeInfo.bootID`; after at least `down_seconds` down, Ready True again.
+        Returns the new boot id."""
+        node = self.nodes.get(name)
+        if node is None:
+            raise KeyError(f"no simulated node named {name!r}")
+        went_down = time.monotonic()
+        up = self._node_up[name]
+        up.clear()
+        try:
+            mark_not_ready(self.rest, name, utc_now(), "node is rebooting")
+            on_node = [p for p in self.pods.items() if spec_of(p).get("nodeName") == name]
+            if self._stub is not None:
+                self._stub.reboot(name, on_node)
+            else:
+                with self._lock:
+                    workers = [w for w in self._workers.values() if w.runtime.name == name]
+                acks = [w.request_reboot() for w in workers]
+                deadline = time.monotonic() + timeout
+                for ack in acks:
+                    if not ack.wait(max(deadline - time.monotonic(), 0.0)):
+                        log.warning("node %s: a pod did not stop for the reboot within %ss", name, timeout)
+            if while_down is not None:
+                while_down()
+            boot_id = str(uuid.uuid4())
+            set_boot_id(self.rest, name, boot_id)
+            time.sleep(max(went_down + down_seconds - time.monotonic(), 0.0))
+        finally:
+            up.set()
+        mark_ready(self.rest, name, node.address, utc_now())
+        return boot_id
+
+    def set_stub_outcome(self, outcome: StubOutcomeFn | None) -> None:
+        """The stub pods' outcome hook for pods that start from now on (stub mode only)."""
+        if self._stub is None:
+            raise ValueError("stub outcomes need pods='stub'; process pods run their real programs")
+        self._stub.outcome = outcome
+
     def _resource_notifier(self, node_name: str) -> Callable[[], None]:
         return lambda: self._resources.add(node_name)
 
@@ -145,7 +208,14 @@ class SimKubelets:
                 return
             if pod_is_terminal(pod):
                 return
-            worker = PodWorker(node, pod, self.rest, self._lookup, self.device_sources.get(node.name))
+            worker = PodWorker(
+                node,
+                pod,
+                self.rest,
+                self._lookup,
+                self.device_sources.get(node.name),
+                node_up=self._node_up[node.name],
+            )
             self._workers[uid] = worker
         worker.start()
 

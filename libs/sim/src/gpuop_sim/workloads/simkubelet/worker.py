@@ -21,7 +21,7 @@ from typing import Any
 
 from gpuop_common.kube import EventRecorder, EventType, ObjectRef
 
-from gpuop_sim.crilog import instance_log, pod_dir_name
+from gpuop_sim.crilog import instance_log, pod_dir_name, read_content
 from gpuop_sim.workloads.kubeapi import PODS, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, meta, name_of, namespace_of, spec_of
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
@@ -44,6 +44,12 @@ from gpuop_sim.workloads.simkubelet.probestate import (
 )
 from gpuop_sim.workloads.simkubelet.process import ContainerProcess
 from gpuop_sim.workloads.simkubelet.status import ContainerState, comparable, pod_status
+from gpuop_sim.workloads.simkubelet.termination import (
+    TerminationSpecError,
+    message_path,
+    message_policy,
+    read_message,
+)
 from gpuop_sim.workloads.simkubelet.volumes import refresh_pod_volumes
 
 log = logging.getLogger(__name__)
@@ -84,6 +90,8 @@ class _Container:
     state: ContainerState
     log_dir: Path  # one CRI log file per instance, named by its restart count (crilog)
     timings: Mapping[ProbeKind, ProbeTiming]
+    termination_file: Path  # the host file behind the container's terminationMessagePath
+    termination_policy: str
     process: ContainerProcess | None = None
     probes: ContainerProbes | None = None  # this run's probe counters; a restart starts new ones
     restart_at: float = 0.0
@@ -100,8 +108,15 @@ class PodWorker:
         rest: KubeRest,
         lookup: Callable[[str], Mapping[str, Obj]],
         devices: DeviceAllocator | None = None,
+        *,
+        node_up: threading.Event | None = None,
     ) -> None:
         self.runtime = runtime
+        if node_up is None:
+            node_up = threading.Event()
+            node_up.set()
+        self._node_up = node_up  # cleared while the node reboots: no container starts then
+        self._reboot_requests: list[threading.Event] = []
         self._devices = devices
         self._allocated = False
         self.rest = rest
@@ -134,6 +149,15 @@ class PodWorker:
         self._delete_pod = self._delete_pod or delete_pod
         self._stop.set()
 
+    def request_reboot(self) -> threading.Event:
+        """The node goes down: every running container dies; the returned event is set once done."""
+        done = threading.Event()
+        with self._lock:
+            self._reboot_requests.append(done)
+        if self.finished.is_set():
+            done.set()
+        return done
+
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
@@ -151,13 +175,16 @@ class PodWorker:
         try:
             self._prepare_until_ready()
             while not self._stop.is_set():
+                self._handle_reboots()
                 self._tick()
                 if all(c.finished for c in self._containers):
                     break
                 self._stop.wait(_TICK)
             if not self._stop.is_set():
                 self._report(self._final_phase())
-                self._stop.wait()
+            while not self._stop.is_set():
+                self._handle_reboots()  # a finished pod has nothing to kill; acknowledge
+                self._stop.wait(_TICK)
         except Exception:
             log.exception(
                 "pod %s/%s: simulated kubelet worker failed", namespace_of(self.pod), name_of(self.pod)
@@ -165,6 +192,7 @@ class PodWorker:
         finally:
             self._shutdown()
             self.finished.set()
+            self._handle_reboots()
 
     def _prepare_until_ready(self) -> None:
         """Resolve the containers; config errors are retried, an unknown image fails the pod."""
@@ -209,21 +237,25 @@ class PodWorker:
             mounts = container_mounts(spec, volumes)
             command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
             env = build_env(spec, pod, ctx, configmaps, secrets)
+            where = f"spec.containers[{spec.get('name')}]"
             try:
-                timings = container_probe_timings(spec, f"spec.containers[{spec.get('name')}]")
-            except ProbeSpecError as error:
+                timings = container_probe_timings(spec, where)
+                termination = (message_path(spec, where), message_policy(spec, where))
+            except (ProbeSpecError, TerminationSpecError) as error:
                 raise ContainerConfigError("CreateContainerConfigError", str(error)) from error
-            resolved.append((spec, mounts, command, env, timings))
+            resolved.append((spec, mounts, command, env, timings, termination))
         granted = admit_devices(self._devices, self.runtime.root, (namespace_of(pod), name_of(pod)), specs)
         self._allocated = granted is not None
         containers = []
-        for spec, volume_mounts, command, env, timings in resolved:
+        for spec, volume_mounts, command, env, timings, (term_path, term_policy) in resolved:
             name = str(spec.get("name") or "")
             grant = (granted or {}).get(name)
-            mounts = volume_mounts
+            term_file = self.pod_dir / "termination" / name / "termination-log"
+            mounts = [*volume_mounts, (term_path, term_file)]
             if grant is not None:
                 env.update(grant.env)
-                mounts = sorted([*mounts, *grant.mounts], key=lambda m: len(m[0]), reverse=True)
+                mounts += grant.mounts
+            mounts = sorted(mounts, key=lambda m: len(m[0]), reverse=True)
             containers.append(
                 _Container(
                     spec=spec,
@@ -235,6 +267,8 @@ class PodWorker:
                     state=ContainerState(name, str(spec.get("image") or "")),
                     log_dir=self.pod_dir / "logs" / name,
                     timings=timings,
+                    termination_file=term_file,
+                    termination_policy=term_policy,
                 )
             )
         self._containers = containers
@@ -255,7 +289,7 @@ class PodWorker:
             if container.finished:
                 continue
             if container.process is None:
-                if now >= container.restart_at:
+                if now >= container.restart_at and self._node_up.is_set():
                     self._start_container(container)
                 continue
             code = container.process.exit_code()
@@ -267,6 +301,9 @@ class PodWorker:
 
     def _start_container(self, container: _Container) -> None:
         log_path = instance_log(container.log_dir, container.state.restart_count)
+        # Each container instance starts with an empty termination-message file, as a new mount.
+        container.termination_file.parent.mkdir(parents=True, exist_ok=True)
+        container.termination_file.write_bytes(b"")
         process = ContainerProcess(container.argv, container.env, self.pod_dir / "cwd", log_path)
         try:
             process.start()
@@ -283,17 +320,21 @@ class PodWorker:
         container.probes = ContainerProbes.begin(container.timings, process.started_at)
         state.started, state.ready = container.probes.started, container.probes.ready
 
-    def _container_exited(self, container: _Container, code: int, policy: str, now: float) -> None:
+    def _container_exited(
+        self, container: _Container, code: int, policy: str, now: float, *, reason: str = ""
+    ) -> None:
         state = container.state
         container.process = None
         container.probes = None
         state.ready = state.started = False
         state.exit_code = code
         state.finished_at = utc_now()
-        reason = "Completed" if code == 0 else "Error"
+        reason = reason or ("Completed" if code == 0 else "Error")
+        log_text = read_content(instance_log(container.log_dir, state.restart_count))
+        message = read_message(container.termination_file, container.termination_policy, code, log_text)
         restart = policy == "Always" or (policy == "OnFailure" and code != 0)
         if not restart:
-            state.state, state.reason, state.message = "terminated", reason, f"exited with code {code}"
+            state.state, state.reason, state.message = "terminated", reason, message
             container.finished = True
             return
         state.last_termination = {
@@ -303,11 +344,38 @@ class PodWorker:
             "finishedAt": state.finished_at,
             "containerID": state.container_id,
         }
+        if message:
+            state.last_termination["message"] = message
         backoff = min(0.5 * (2**state.restart_count), _MAX_BACKOFF)
         state.restart_count += 1
         state.state, state.reason = "waiting", "CrashLoopBackOff"
         state.message = f"back-off {backoff:.1f}s restarting failed container {state.name}"
         container.restart_at = now + backoff
+
+    def _handle_reboots(self) -> None:
+        """What a node reboot does to this pod: each running container is gone (the kubelet reports
+        it terminated with reason Unknown, exit code 255); restartable ones start again once the node
+        is up (restartCount + 1), under restartPolicy Never they stay terminated and the pod fails."""
+        with self._lock:
+            requests, self._reboot_requests = self._reboot_requests, []
+        if not requests:
+            return
+        policy = str(spec_of(self.pod).get("restartPolicy") or "Always")
+        now = time.monotonic()
+        for container in self._containers:
+            if container.finished:
+                continue
+            if container.process is None:
+                container.restart_at = now  # a back-off restart starts afresh after the boot
+                continue
+            container.process.stop(0.0)
+            self._container_exited(container, 255, policy, now, reason="Unknown")
+            if not container.finished:
+                container.restart_at = now
+                container.state.reason = "ContainerCreating"
+                container.state.message = ""
+        for done in requests:
+            done.set()
 
     def _probe(self, container: _Container, now: float) -> None:
         probes, process = container.probes, container.process
