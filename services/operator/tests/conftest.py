@@ -98,12 +98,19 @@ def api_client_for(cluster: SimCluster, pool: int = 16) -> client.ApiClient:
 
 
 def start_operator(
-    cluster: SimCluster, *, loop: bool = True, timeout: float = 10.0, leading: bool = True
+    cluster: SimCluster,
+    *,
+    loop: bool = True,
+    timeout: float = 10.0,
+    leading: bool = True,
+    resync_interval: float = 5.0,
 ) -> RunningOperator:
     api = api_client_for(cluster)
     reconciler = Reconciler(
         KubeJson(api, timeout=timeout),
-        ReconcilerSettings(namespace=NAMESPACE, release=RELEASE, resync_interval=5.0, max_backoff=1.0),
+        ReconcilerSettings(
+            namespace=NAMESPACE, release=RELEASE, resync_interval=resync_interval, max_backoff=1.0
+        ),
         events=EventRecorder(api, component="gpuop-operator", host="test"),
     )
     reconciler.start_watches()

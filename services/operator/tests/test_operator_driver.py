@@ -139,7 +139,8 @@ def test_a_version_change_rolls_one_node_at_a_time_and_keeps_an_admin_cordon(
     api.patch(NODES, "amd-1", {"spec": {"unschedulable": True}})  # an admin's cordon
     watcher = NodeWatcher(cluster)
     try:
-        with kit.operator_running(cluster):
+        # No resync to fall back on: each step's own writes must lead to the next pass.
+        with kit.operator_running(cluster, resync_interval=3600):
             api.patch(
                 DEVICECONFIGS,
                 "gpus",

@@ -235,7 +235,7 @@ class _Planner:
         elif state is UpgradeState.DRAINING:
             self._drain(node)
         elif state is UpgradeState.POD_RESTART:
-            self._pause(node)
+            self._pause(node, vendor)
         elif state is UpgradeState.UPGRADING:
             self._upgrade(node, vendor)
         elif state is UpgradeState.REBOOTING:
@@ -286,7 +286,7 @@ class _Planner:
         self.plan.wake(RETRY_S)
         self._state(node, UpgradeState.DRAINING.value, f"{len(step.remove) + len(step.waiting)} pod(s) to go")
 
-    def _pause(self, node: NodeInfo) -> None:
+    def _pause(self, node: NodeInfo, vendor: str) -> None:
         running = _operand_labels(node)
         paused = [s for s in node.annotations.get(PAUSED, "").split(",") if s]
         if running:
@@ -307,6 +307,7 @@ class _Planner:
             self._state(node, UpgradeState.POD_RESTART.value, f"waiting for {', '.join(left)} to stop")
             return
         self._patch(node, UpgradeState.UPGRADING)
+        self._job(node, "driver-install", vendor)  # in the same pass: the build is the long step
         self._state(node, UpgradeState.UPGRADING.value)
 
     def _upgrade(self, node: NodeInfo, vendor: str) -> None:

@@ -340,6 +340,10 @@ class Reconciler:
         )
         ok &= self.driver_writer.apply(plan, spec.driver)
         ok &= self._apply(RolloutPlan(), extra=plan.patches)
+        if plan.patches or plan.create_jobs or plan.delete_jobs:
+            # A step's own writes come back as watch events the caches already hold, so they wake
+            # nobody: the walk's next step (often due at once, e.g. cordoned -> draining) needs a pass.
+            self.dirty.set()
         if plan.wake_after is not None:
             due = time.monotonic() + plan.wake_after
             self._wake_at = min(self._wake_at or due, due)
