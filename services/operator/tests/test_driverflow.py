@@ -61,6 +61,8 @@ class World:
     validation_recipe: str | None = None
     failing_validation: set[str] = field(default_factory=set)
     answered: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
 
     def step(self, config: DriverConfig, seconds: float = 10.0) -> DriverPlan:
         self.now += seconds
@@ -109,6 +111,8 @@ class World:
                 elif value == "true" and label.startswith("gpuop.dev/deploy."):
                     self.operand_pods.add((name, service))
         self.events += [(e.node, e.reason, e.message) for e in plan.events]
+        self.finished += [node for node, _ in plan.finished]
+        self.durations += [seconds for _, seconds in plan.finished]
         self._answer_test_requests()
         return plan
 
@@ -243,6 +247,8 @@ def test_fifty_nodes_upgrade_within_both_bounds_at_every_pass_and_one_failure_st
     assert world.reboots == 49
     assert world.nodes["n17"].unschedulable  # a failed node stays cordoned for a person to look at
     assert widest == 5  # the parallel bound was reached, not just respected
+    assert sorted(world.finished) == sorted(n.name for n in done)  # each walk's duration reported once
+    assert all(seconds > 0 for seconds in world.durations)
 
 
 def test_the_unavailable_budget_counts_nodes_cordoned_by_someone_else() -> None:

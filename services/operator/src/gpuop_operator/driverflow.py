@@ -30,6 +30,7 @@ from gpuop_operator.upgrade import STATE_LABEL, NodeView, UpgradeState, parse_st
 
 VERSION_LABEL = "gpuop.dev/driver.version"
 SINCE = "gpuop.dev/driver-upgrade.since"  # epoch seconds the current step began
+STARTED = "gpuop.dev/driver-upgrade.started"  # epoch seconds the walk began (for its duration)
 ADMIN_CORDON = "gpuop.dev/driver-upgrade.admin-cordoned"
 PAUSED = "gpuop.dev/driver-upgrade.paused"  # operands this upgrade paused, comma-separated
 BOOT_ID = "gpuop.dev/driver-upgrade.boot-id"  # bootID before the reboot
@@ -39,7 +40,7 @@ PAUSE_VALUE = f"{PAUSED_PREFIX}driver-upgrade"
 DEFAULT_VERSION = "default"  # label value when spec.driver.version is empty (the OS's default)
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0  # a refused eviction is tried again this soon
-STEP_ANNOTATIONS = (SINCE, ADMIN_CORDON, PAUSED, BOOT_ID)
+STEP_ANNOTATIONS = (SINCE, STARTED, ADMIN_CORDON, PAUSED, BOOT_ID)
 # The test runner's operator API (docs/test-runner.md): a request annotation, answered in JSON.
 TEST_REQUEST = "gpuop.dev/test-request"
 TEST_RESULT = "gpuop.dev/test-result"
@@ -70,6 +71,7 @@ class DriverPlan:
     events: list[NodeEvent] = field(default_factory=list)
     states: dict[str, DriverNodeState] = field(default_factory=dict)
     wake_after: float | None = None  # seconds until a time-based step is due again
+    finished: list[tuple[str, float]] = field(default_factory=list)  # (node, walk seconds) done now
     failures: dict[str, str] = field(default_factory=dict)  # failed Job uid -> node: its pod not read yet
 
     def wake(self, seconds: float) -> None:
@@ -250,7 +252,12 @@ class _Planner:
         self._patch(
             node,
             UpgradeState.CORDONED,
-            annotations={ADMIN_CORDON: "true" if node.unschedulable else None, FAILURE: None, REPORTED: None},
+            annotations={
+                ADMIN_CORDON: "true" if node.unschedulable else None,
+                STARTED: str(int(self.now)),
+                FAILURE: None,
+                REPORTED: None,
+            },
             unschedulable=True,
             event=("DriverUpgradeStarted", f"upgrading the driver to {self.want}: node cordoned", False),
         )
@@ -369,6 +376,9 @@ class _Planner:
                 unschedulable=False if node.annotations.get(ADMIN_CORDON) != "true" else None,
                 event=("DriverUpgraded", f"driver {self.want} running; GPUs back in allocatable", False),
             )
+            started = node.annotations.get(STARTED, "")
+            if started.isdigit():
+                self.plan.finished.append((node.name, max(0.0, self.now - int(started))))
             self._state(node, UpgradeState.DONE.value)
             return
         if node.name in self.plan.states:  # the recipe's answer failed the node just now

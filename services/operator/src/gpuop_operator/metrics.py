@@ -52,6 +52,12 @@ class OperatorMetrics:
             ["deviceconfig", "state"],
             registry=self.registry,
         )
+        self.driver_upgrade_seconds = Histogram(
+            "gpuop_operator_driver_upgrade_duration_seconds",
+            "Time one node's driver upgrade took, from cordon to upgrade-done.",
+            buckets=(30, 60, 120, 300, 600, 900, 1800, 3600, 7200),
+            registry=self.registry,
+        )
         self._seen: set[tuple[str, str]] = set()
         self._driver_seen: set[tuple[str, str]] = set()
 

@@ -344,6 +344,8 @@ class Reconciler:
             # A step's own writes come back as watch events the caches already hold, so they wake
             # nobody: the walk's next step (often due at once, e.g. cordoned -> draining) needs a pass.
             self.dirty.set()
+        for _node, seconds in plan.finished:
+            self.metrics.driver_upgrade_seconds.observe(seconds)
         if plan.wake_after is not None:
             due = time.monotonic() + plan.wake_after
             self._wake_at = min(self._wake_at or due, due)
