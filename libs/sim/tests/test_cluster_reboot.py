@@ -284,3 +284,26 @@ def test_fake_reboot_in_a_host_job_reboots_the_node_and_fails_the_pod(cluster: S
     (job_pod,) = api.list(PODS, NS, labelSelector="job-name=reboot")[0]
     state = job_pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (state["reason"], state["exitCode"]) == ("Unknown", 255)
+
+
+def test_reboot_does_not_wait_for_pods_that_never_started(cluster: SimCluster) -> None:
+    api = cluster.api()
+    ghost = pod("ghost", [])
+    ghost["spec"]["containers"][0]["image"] = "ghcr.io/nobody/not-installed:1"
+    api.create(PODS, ghost, NS)
+    waiting = pod(
+        "no-config", [], env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k"}}}]
+    )
+    api.create(PODS, waiting, NS)
+
+    def has_waiting_reason(obj: dict[str, Any]) -> bool:
+        statuses = (obj.get("status") or {}).get("containerStatuses") or []
+        return bool(statuses) and "waiting" in statuses[0]["state"]
+
+    cluster.wait_for_object(PODS, "ghost", NS, has_waiting_reason)
+    cluster.wait_for_object(PODS, "no-config", NS, has_waiting_reason)
+    started = time.monotonic()
+    cluster.reboot_node(cluster.nodes[0].name, down_seconds=0.2)
+    assert time.monotonic() - started < 10  # the 30 s per-pod wait never kicked in
+    for name in ("ghost", "no-config"):
+        api.delete(PODS, name, NS)
