@@ -58,6 +58,12 @@ _TICK = 0.1
 _MAX_BACKOFF = 5.0
 
 
+def restart_backoff(restart_count: int) -> float:
+    """Seconds before restarting a container that has restarted `restart_count` times (the kubelet's
+    CrashLoopBackOff doubling, from 0.5 s up to 5 s here where a kubelet goes 10 s up to 300 s)."""
+    return float(min(0.5 * (2**restart_count), _MAX_BACKOFF))
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -347,7 +353,7 @@ class PodWorker:
         }
         if message:
             state.last_termination["message"] = message
-        backoff = min(0.5 * (2**state.restart_count), _MAX_BACKOFF)
+        backoff = restart_backoff(state.restart_count)
         state.restart_count += 1
         state.state, state.reason = "waiting", "CrashLoopBackOff"
         state.message = f"back-off {backoff:.1f}s restarting failed container {state.name}"
