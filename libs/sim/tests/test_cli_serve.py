@@ -101,3 +101,10 @@ def test_help_describes_serve() -> None:
     assert done.returncode == 0
     for flag in ("--amd-nodes", "--nvidia-nodes", "--pods", "--kubeconfig", "--state-dir", "--port"):
         assert flag in done.stdout
+
+
+def test_no_driver_flag_starts_gpu_nodes_without_a_driver() -> None:
+    from gpuop_sim.cli import build_parser, cluster_from_args
+
+    assert cluster_from_args(build_parser().parse_args(["serve", "--no-driver"])).driver_loaded is False
+    assert cluster_from_args(build_parser().parse_args(["serve"])).driver_loaded is True

@@ -158,3 +158,32 @@ def test_hook_answering_none_keeps_the_default_and_outcomes_can_change(cluster: 
 def test_stub_outcome_needs_stub_pods() -> None:
     with pytest.raises(ValueError, match="stub_outcome needs pods='stub'"):
         SimCluster(pods="process", stub_outcome=outcome_from_labels)
+
+
+def test_restarting_stub_pod_goes_through_crash_loop_back_off(cluster: SimCluster) -> None:
+    api = cluster.api()
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "crasher", "namespace": NS, "labels": {"sim/run-s": "0.1", "sim/exit": "1"}},
+        "spec": {"nodeName": "nvidia-0", "containers": [{"name": "c", "image": "test/crash:1"}]},
+    }
+    api.create(PODS, body, NS)
+    seen: set[str] = set()
+
+    def restarted_twice(pod: dict[str, Any]) -> bool:
+        status = pod["status"]["containerStatuses"][0]
+        seen.update(status["state"])
+        if "waiting" in status["state"]:
+            seen.add(status["state"]["waiting"]["reason"])
+        return bool(status["restartCount"] >= 2)
+
+    started = time.monotonic()
+    pod = cluster.wait_for_object(PODS, "crasher", NS, restarted_twice, timeout=20)
+    # two runs of 0.1 s with the first back-off (0.5 s) between them: the count goes up at each exit
+    assert time.monotonic() - started >= 0.5 + 0.2
+    assert "CrashLoopBackOff" in seen
+    last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    assert (last["exitCode"], last["reason"]) == (1, "Error")
+    assert pod["status"]["phase"] == "Running"
+    api.delete(PODS, "crasher", NS)

@@ -3,7 +3,7 @@ privileged host Job), the way the operator's driver and reboot Jobs see them.
 
 This file is also the container program (image `test/host-tool`):
 `--message=TEXT` writes TEXT to the file named by `--message-file`, `--lines=N` prints N log lines,
-`--report=PATH` records argv, `--host-cmd=CMD` runs the host-command fake CMD on `--host-root`,
+`--report=PATH` records argv, `--host-cmd=CMD[;CMD...]` runs host-command fakes on `--host-root`,
 `--sleep` runs until killed, `--exit=N` ends with that code.
 """
 
@@ -33,16 +33,12 @@ def container_main(argv: list[str]) -> int:
         Path(opts["message-file"]).write_text(
             opts["message"].replace("\\n", "\n") * int(opts.get("repeat", "1"))
         )
-    if "host-cmd" in opts:
-        fake = [
-            sys.executable,
-            "-m",
-            "gpuop_sim.hostfakes",
-            "--root",
-            opts["host-root"],
-            *opts["host-cmd"].split(),
-        ]
-        subprocess.run(fake, check=False)
+    for command in opts.get("host-cmd", "").split(";"):
+        if not command.strip():
+            continue
+        fake = [sys.executable, "-m", "gpuop_sim.hostfakes", "--root", opts["host-root"], *command.split()]
+        if subprocess.run(fake, check=False).returncode != 0:
+            return 1
     if "--sleep" in argv:
         while True:
             time.sleep(1)
@@ -65,7 +61,11 @@ IMAGE = "test/host-tool:1"
 def cluster() -> Iterator[SimCluster]:
     commands = {"test/host-tool": [sys.executable, str(Path(__file__).resolve())]}
     with SimCluster(
-        profiles=["amd-single"], pods="process", image_commands=commands, device_plugins=False
+        profiles=["amd-single"],
+        pods="process",
+        image_commands=commands,
+        device_plugins=False,
+        driver_loaded=False,
     ) as sim:
         yield sim
 
@@ -264,6 +264,29 @@ def test_privileged_host_job_sees_the_node_root_at_host(cluster: SimCluster) -> 
     assert ["uname", "-r"] in hostfakes.recorded(node.root)
 
 
+def test_host_job_installs_and_loads_the_driver_on_a_node_without_one(cluster: SimCluster) -> None:
+    from gpuop_common.gpu.amd import AmdSysfsBackend
+
+    node = cluster.nodes[0]
+    assert not node.driver_loaded and not (node.root / "dev/kfd").exists()
+    assert AmdSysfsBackend(node.root).enumerate() == []
+    commands = [
+        f"apt-get install -y linux-headers-{hostfakes.DEFAULT_KERNEL}",
+        "apt-get install -y amdgpu-dkms=6.12.0",
+        "modprobe amdgpu",
+    ]
+    cluster.api().create(JOBS, host_job("install", node.name, [f"--host-cmd={';'.join(commands)}"]), NS)
+
+    def complete(obj: dict[str, Any]) -> bool:
+        return any(c["type"] == "Complete" for c in (obj.get("status") or {}).get("conditions") or [])
+
+    cluster.wait_for_object(JOBS, "install", NS, complete, timeout=30)
+    assert (node.root / "dev/kfd").is_file()
+    (gpu,) = AmdSysfsBackend(node.root).enumerate()
+    assert gpu.pci_address == "0000:19:00.0"
+    assert (node.root / "sys/module/amdgpu/version").read_text().strip() == "6.12.0"
+
+
 def test_fake_reboot_in_a_host_job_reboots_the_node_and_fails_the_pod(cluster: SimCluster) -> None:
     api = cluster.api()
     node = cluster.nodes[0]
@@ -284,3 +307,26 @@ def test_fake_reboot_in_a_host_job_reboots_the_node_and_fails_the_pod(cluster: S
     (job_pod,) = api.list(PODS, NS, labelSelector="job-name=reboot")[0]
     state = job_pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (state["reason"], state["exitCode"]) == ("Unknown", 255)
+
+
+def test_reboot_does_not_wait_for_pods_that_never_started(cluster: SimCluster) -> None:
+    api = cluster.api()
+    ghost = pod("ghost", [])
+    ghost["spec"]["containers"][0]["image"] = "ghcr.io/nobody/not-installed:1"
+    api.create(PODS, ghost, NS)
+    waiting = pod(
+        "no-config", [], env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k"}}}]
+    )
+    api.create(PODS, waiting, NS)
+
+    def has_waiting_reason(obj: dict[str, Any]) -> bool:
+        statuses = (obj.get("status") or {}).get("containerStatuses") or []
+        return bool(statuses) and "waiting" in statuses[0]["state"]
+
+    cluster.wait_for_object(PODS, "ghost", NS, has_waiting_reason)
+    cluster.wait_for_object(PODS, "no-config", NS, has_waiting_reason)
+    started = time.monotonic()
+    cluster.reboot_node(cluster.nodes[0].name, down_seconds=0.2)
+    assert time.monotonic() - started < 10  # the 30 s per-pod wait never kicked in
+    for name in ("ghost", "no-config"):
+        api.delete(PODS, name, NS)

@@ -70,6 +70,11 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, amd_default: int, 
         default="process",
         help="process: run pods as local processes; stub: only report them Running (scale tests)",
     )
+    parser.add_argument(
+        "--no-driver",
+        action="store_true",
+        help="GPU nodes start with their PCI devices but no driver (the host fakes' modprobe loads it)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="API server listen address")
     parser.add_argument("--port", type=_port, default=0, help="API server port (0: pick a free one)")
     parser.add_argument("--kubeconfig", type=Path, default=None, help="where to write the kubeconfig")
@@ -90,6 +95,7 @@ def cluster_from_args(args: argparse.Namespace) -> SimCluster:
         host=args.host,
         port=args.port,
         kubeconfig=args.kubeconfig,
+        driver_loaded=not args.no_driver,
     )
 
 

@@ -186,7 +186,7 @@ class SimCluster:
             raise ValueError("stub_outcome needs pods='stub'; process pods run their real programs")
         self._stub_outcome = stub_outcome
         # False: every GPU node starts with its PCI devices but no driver (build_node_root's flag).
-        self._driver_loaded = driver_loaded
+        self.driver_loaded = driver_loaded
         self._reboot_down = reboot_down_seconds
         self._reboot_locks: dict[str, threading.Lock] = {}
         self._watch_stop = threading.Event()
@@ -244,13 +244,13 @@ class SimCluster:
             name = f"{vendor}-{number}"
             if self._node_roots:
                 root = self.state_dir / "nodes" / name
-                info = build_node_root(profile, root, node_name=name, driver_loaded=self._driver_loaded)
+                info = build_node_root(profile, root, node_name=name, driver_loaded=self.driver_loaded)
             else:
                 if profile not in shared:
                     shared_root = self.state_dir / "profiles" / profile
                     shared[profile] = (
                         shared_root,
-                        build_node_root(profile, shared_root, driver_loaded=self._driver_loaded),
+                        build_node_root(profile, shared_root, driver_loaded=self.driver_loaded),
                     )
                 root, info = shared[profile]
             nodes.append(

@@ -144,10 +144,7 @@ class SimKubelets:
         up.clear()
         try:
             mark_not_ready(self.rest, name, utc_now(), "node is rebooting")
-            on_node = [p for p in self.pods.items() if spec_of(p).get("nodeName") == name]
-            if self._stub is not None:
-                self._stub.reboot(name, on_node)
-            else:
+            if self._stub is None:
                 with self._lock:
                     workers = [w for w in self._workers.values() if w.runtime.name == name]
                 acks = [w.request_reboot() for w in workers]
@@ -160,6 +157,10 @@ class SimKubelets:
             boot_id = str(uuid.uuid4())
             set_boot_id(self.rest, name, boot_id)
             time.sleep(max(went_down + down_seconds - time.monotonic(), 0.0))
+            if self._stub is not None:
+                # Stub pods have no processes to lose while down; their kubelet reports what the
+                # reboot did to them as it comes back.
+                self._stub.reboot(name, [p for p in self.pods.items() if spec_of(p).get("nodeName") == name])
         finally:
             up.set()
         mark_ready(self.rest, name, node.address, utc_now())

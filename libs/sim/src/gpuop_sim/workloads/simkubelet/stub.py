@@ -37,7 +37,7 @@ from gpuop_sim.workloads.objects import (
     status_of,
 )
 from gpuop_sim.workloads.simkubelet.status import ContainerState, pod_status
-from gpuop_sim.workloads.simkubelet.worker import utc_now
+from gpuop_sim.workloads.simkubelet.worker import restart_backoff, utc_now
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,8 @@ class StubRunner:
         self._log = logging.getLogger(__name__)
         self._runs: dict[str, _StubRun] = {}  # pod uid -> run with a simulated outcome
         self._done: set[str] = set()  # pod uids whose outcome run has ended
-        self._timers: list[tuple[float, int, str, int]] = []  # (due, seq, uid, generation) heap
+        # (due, seq, uid, generation, start?) heap: a run's end, or a restart after its back-off
+        self._timers: list[tuple[float, int, str, int, bool]] = []
         self._seq = itertools.count()
         self._wake = threading.Condition(self._lock)
         self._stopped = False
@@ -230,7 +231,7 @@ class StubRunner:
                 if not self._timers:
                     self._wake.wait()
                     continue
-                due, _, uid, generation = self._timers[0]
+                due, _, uid, generation, start = self._timers[0]
                 left = due - time.monotonic()
                 if left > 0:
                     self._wake.wait(left)
@@ -241,21 +242,30 @@ class StubRunner:
                     continue
                 self._lock.release()
                 try:
-                    self._submit(
-                        run.pod,
-                        functools.partial(self._end_run, uid, generation, "", False),
-                        f"/outcome/{generation}",
+                    action = (
+                        functools.partial(self._restart_run, uid, generation)
+                        if start
+                        else functools.partial(self._end_run, uid, generation, "", False)
                     )
+                    self._submit(run.pod, action, f"/{'start' if start else 'outcome'}/{generation}")
                 finally:
                     self._lock.acquire()
 
-    def _schedule(self, uid: str, run: _StubRun) -> None:
+    def _schedule(self, uid: str, run: _StubRun, delay: float, *, start: bool = False) -> None:
         with self._lock:
-            heapq.heappush(
-                self._timers,
-                (time.monotonic() + max(run.outcome.duration_s, 0.0), next(self._seq), uid, run.generation),
-            )
+            due = time.monotonic() + max(delay, 0.0)
+            heapq.heappush(self._timers, (due, next(self._seq), uid, run.generation, start))
             self._wake.notify()
+
+    def _restart_run(self, uid: str, generation: int, _pod: Obj) -> None:
+        """The back-off is over: the containers start again, with the hook asked for this run."""
+        with self._lock:
+            run = self._runs.get(uid)
+            if run is None or run.generation != generation:
+                return
+        hook = self.outcome
+        outcome = (hook(run.pod) if hook else None) or run.outcome
+        self._start_run(run.pod, outcome, run)
 
     def _start_run(self, pod: Obj, outcome: StubOutcome, previous: _StubRun | None = None) -> None:
         uid = str(meta(pod).get("uid", ""))
@@ -274,7 +284,7 @@ class StubRunner:
             utc_now(),
         )
         self.rest.replace_status(PODS, pod, status)
-        self._schedule(uid, run)
+        self._schedule(uid, run, run.outcome.duration_s)
 
     def _terminate(self, uid: str, generation: int, now: str, *, rebooted: bool = False) -> None:
         with self._lock:
@@ -300,9 +310,16 @@ class StubRunner:
                 "finishedAt": now,
                 "containerID": f"sim://stub/{uid}",
             }
-            hook = self.outcome
-            outcome = (hook(pod) if hook else None) or run.outcome
-            self._start_run(pod, outcome, run)
+            if rebooted:  # the node comes up: containers start again, no back-off
+                self._restart_run(uid, generation, pod)
+                return
+            # CrashLoopBackOff until the restart, as the kubelet reports it.
+            run.generation += 1
+            backoff = restart_backoff(run.restart_count - 1)
+            message = f"back-off {backoff:.1f}s restarting failed container"
+            states = _states(pod, run, "waiting", now, reason="CrashLoopBackOff", message=message)
+            self.rest.replace_status(PODS, pod, pod_status("Running", states, address, run.started_at, now))
+            self._schedule(uid, run, backoff, start=True)
             return
         with self._lock:
             self._runs.pop(uid, None)

@@ -58,6 +58,12 @@ _TICK = 0.1
 _MAX_BACKOFF = 5.0
 
 
+def restart_backoff(restart_count: int) -> float:
+    """Seconds before restarting a container that has restarted `restart_count` times (the kubelet's
+    CrashLoopBackOff doubling, from 0.5 s up to 5 s here where a kubelet goes 10 s up to 300 s)."""
+    return float(min(0.5 * (2**restart_count), _MAX_BACKOFF))
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -182,9 +188,7 @@ class PodWorker:
                 self._stop.wait(_TICK)
             if not self._stop.is_set():
                 self._report(self._final_phase())
-            while not self._stop.is_set():
-                self._handle_reboots()  # a finished pod has nothing to kill; acknowledge
-                self._stop.wait(_TICK)
+            self._idle_until_stopped()
         except Exception:
             log.exception(
                 "pod %s/%s: simulated kubelet worker failed", namespace_of(self.pod), name_of(self.pod)
@@ -219,10 +223,13 @@ class PodWorker:
                             message=error.message,
                         )
                     )
-                    self._stop.wait()
+                    self._idle_until_stopped()
                     return
                 self._patch(pod_status("Pending", states, self.runtime.address, self._start_time, utc_now()))
-                self._stop.wait(1.0)
+                for _ in range(int(1.0 / _TICK)):
+                    self._handle_reboots()  # nothing runs yet: acknowledge at once
+                    if self._stop.wait(_TICK):
+                        break
 
     def _prepare(self) -> None:
         pod = self.pod
@@ -346,11 +353,17 @@ class PodWorker:
         }
         if message:
             state.last_termination["message"] = message
-        backoff = min(0.5 * (2**state.restart_count), _MAX_BACKOFF)
+        backoff = restart_backoff(state.restart_count)
         state.restart_count += 1
         state.state, state.reason = "waiting", "CrashLoopBackOff"
         state.message = f"back-off {backoff:.1f}s restarting failed container {state.name}"
         container.restart_at = now + backoff
+
+    def _idle_until_stopped(self) -> None:
+        """Nothing left to run: wait for the stop, acknowledging reboots (nothing to kill)."""
+        while not self._stop.is_set():
+            self._handle_reboots()
+            self._stop.wait(_TICK)
 
     def _handle_reboots(self) -> None:
         """What a node reboot does to this pod: each running container is gone (the kubelet reports
