@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from gpuop_common.kube import EventRecorder
 from gpuop_operator.crd import device_config_crd
+from gpuop_operator.driverjob import JobSettings
 from gpuop_operator.kubeio import KubeJson
 from gpuop_operator.reconciler import Reconciler, ReconcilerSettings
 from gpuop_sim.cluster import SimCluster
@@ -104,12 +105,13 @@ def start_operator(
     timeout: float = 10.0,
     leading: bool = True,
     resync_interval: float = 5.0,
+    jobs: JobSettings | None = None,
 ) -> RunningOperator:
     api = api_client_for(cluster)
     reconciler = Reconciler(
         KubeJson(api, timeout=timeout),
         ReconcilerSettings(
-            namespace=NAMESPACE, release=RELEASE, resync_interval=resync_interval, max_backoff=1.0
+            namespace=NAMESPACE, release=RELEASE, resync_interval=resync_interval, max_backoff=1.0, jobs=jobs
         ),
         events=EventRecorder(api, component="gpuop-operator", host="test"),
     )

@@ -59,14 +59,9 @@ class BareHost:
         return hostfakes.host_exec_for(self.root)
 
 
-def lay_bare_host(
-    root: Path,
-    distro: str,
-    vendor: Literal["amd", "nvidia"],
-    gpus: int = 2,
-    runtime: Runtime = "containerd-v2",
-) -> BareHost:
-    """Lay `root` as a node with `gpus` PCI GPUs of `vendor` on `distro` (a key of OS_RELEASES)."""
+def lay_host_os(root: Path, distro: str, runtime: Runtime = "containerd-v2") -> str:
+    """The OS part of a host: `/etc/os-release`, the running kernel, the directories the playbooks
+    write into and the container runtime's unit and config. Returns the kernel release."""
     if distro not in OS_RELEASES:
         raise ValueError(f"unknown simulated OS {distro!r} (known: {', '.join(sorted(OS_RELEASES))})")
     hostfakes.write_file(root / "etc/os-release", OS_RELEASES[distro])
@@ -76,12 +71,6 @@ def lay_bare_host(
     for directory in ("etc/modprobe.d", "etc/modules-load.d", "usr/src", "var/lib"):
         (root / directory).mkdir(parents=True, exist_ok=True)
     (root / ("etc/apt/sources.list.d" if debian else "etc/yum.repos.d")).mkdir(parents=True, exist_ok=True)
-    vendor_id, device_id, pci_class = PCI_DEVICE_IDS[vendor]
-    addresses = tuple(f"0000:{0x41 + 0x20 * i:02x}:00.0" for i in range(gpus))
-    for bdf in addresses:
-        device = root / "sys/bus/pci/devices" / bdf
-        for name, value in (("vendor", vendor_id), ("device", device_id), ("class", pci_class)):
-            hostfakes.write_file(device / name, value)
     if runtime.startswith("containerd"):
         hostfakes.write_file(
             root / "usr/lib/systemd/system/containerd.service", "[Service]\nExecStart=/usr/bin/containerd"
@@ -93,4 +82,22 @@ def lay_bare_host(
             root / "usr/lib/systemd/system/crio.service", "[Service]\nExecStart=/usr/bin/crio"
         )
         (root / "etc/crio/crio.conf.d").mkdir(parents=True, exist_ok=True)
+    return kernel
+
+
+def lay_bare_host(
+    root: Path,
+    distro: str,
+    vendor: Literal["amd", "nvidia"],
+    gpus: int = 2,
+    runtime: Runtime = "containerd-v2",
+) -> BareHost:
+    """Lay `root` as a node with `gpus` PCI GPUs of `vendor` on `distro` (a key of OS_RELEASES)."""
+    kernel = lay_host_os(root, distro, runtime)
+    vendor_id, device_id, pci_class = PCI_DEVICE_IDS[vendor]
+    addresses = tuple(f"0000:{0x41 + 0x20 * i:02x}:00.0" for i in range(gpus))
+    for bdf in addresses:
+        device = root / "sys/bus/pci/devices" / bdf
+        for name, value in (("vendor", vendor_id), ("device", device_id), ("class", pci_class)):
+            hostfakes.write_file(device / name, value)
     return BareHost(root=root, distro=distro, vendor=vendor, kernel=kernel, pci_addresses=addresses)

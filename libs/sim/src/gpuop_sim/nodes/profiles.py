@@ -148,6 +148,9 @@ class UnknownProfileError(KeyError):
         super().__init__(f"unknown node profile {profile!r} (known: {', '.join(PROFILES)})")
 
 
+NO_DRIVER_OS = "ubuntu-24.04"  # the OS of nodes laid without a driver
+
+
 def build_node_root(
     profile: str, dest: Path, node_name: str | None = None, *, driver_loaded: bool = True
 ) -> NodeRootInfo:
@@ -157,7 +160,8 @@ def build_node_root(
     `driver_loaded=False` lays a node with its GPUs on the PCI bus but no driver yet: no KFD/DRM
     tree, `/sys/module/amdgpu`, `/dev/kfd`, render or `/dev/nvidia*` nodes, and an NVML that answers
     NVML_ERROR_DRIVER_NOT_LOADED; the full tree waits under `.gpuop-sim/driver/` for `modprobe`
-    (`gpuop_sim.drivertree`). With a driver, the driver counts as in-box: it survives reboots.
+    (`gpuop_sim.drivertree`), and the host has an OS for the driver playbooks (NO_DRIVER_OS, a
+    kernel, containerd). With a driver, the driver counts as in-box: it survives reboots.
     """
     spec = PROFILES.get(profile)
     if spec is None:
@@ -166,4 +170,11 @@ def build_node_root(
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
         raise FileExistsError(f"node root {dest} is not empty")
-    return spec.build(dest, node_name or profile, driver_loaded)
+    info = spec.build(dest, node_name or profile, driver_loaded)
+    if not driver_loaded:
+        # A node the operator installs the driver on runs the driver playbooks against this root:
+        # it needs what a freshly provisioned host has (an OS, a kernel, containerd).
+        from gpuop_sim.bare_host import lay_host_os
+
+        lay_host_os(dest, NO_DRIVER_OS)
+    return info

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import base64
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuop_sim.workloads.objects import Obj, annotations_of, labels_of, meta, spec_of, status_of
+
+# containerd's default PATH for a container whose image sets none, after the simulated image's bin.
+IMAGE_PATH = f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class ContainerConfigError(ValueError):
@@ -150,7 +154,11 @@ def build_env(
     Later entries win, so the injected NODE_NAME/GPUOP_* values always describe the simulated node.
     """
     namespace = str(meta(pod).get("namespace") or "default")
-    env: dict[str, str] = dict(ctx.node_env)
+    # What the image and the runtime give every container before the pod's own env: a PATH (the
+    # image's, here the interpreter's bin dir where the console scripts live, then the runtime's
+    # default) and HOME. Tools a container runs (a shell, ansible's `mkdir`) are found through it.
+    env: dict[str, str] = {"PATH": IMAGE_PATH, "HOME": "/root"}
+    env.update(ctx.node_env)
     for source in container.get("envFrom") or []:
         prefix = str(source.get("prefix") or "")
         for field_name, kind, objects in (

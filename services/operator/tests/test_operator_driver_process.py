@@ -1,0 +1,82 @@
+"""A real driver install through the operator's Job, in process mode: the Job's pod runs
+`gpuop-operator playbook driver-install` (real Ansible through ansible-runner) on a simulated node
+that has its GPU on the PCI bus but no driver, with the host commands going to the recording fakes.
+One node installs and its operands follow; on the other a failing DKMS build fails the Job, and the
+task and its stderr reach an Event through the pod's termination message.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpuop_common.gpu.amd import AmdSysfsBackend
+from gpuop_operator.driverflow import FAILURE, VERSION_LABEL
+from gpuop_operator.driverjob import JobSettings
+from gpuop_operator.upgrade import STATE_LABEL
+from gpuop_sim import hostfakes
+from gpuop_sim.cluster import SimCluster
+from gpuop_sim.workloads.kubeapi import EVENTS, NODES, Resource
+
+pytestmark = pytest.mark.slow
+NAMESPACE = "gpu-operator"
+DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
+DKMS_ERROR = "amdgpu/6.12.0: make: *** [Makefile:12: amdgpu.ko] Error 2"
+
+
+@pytest.fixture(scope="module")
+def cluster(kit: Any) -> Iterator[SimCluster]:
+    with SimCluster(profiles=["amd-single", "amd-single"], pods="process", driver_loaded=False) as sim:
+        kit.install_operands(sim.api(), ("node-labeller",))
+        yield sim
+
+
+def test_a_bare_node_gets_its_driver_from_the_job_and_a_failing_build_is_reported(
+    cluster: SimCluster, kit: Any
+) -> None:
+    good, bad = (node.name for node in cluster.nodes)
+    roots = {node.name: node.root for node in cluster.nodes}
+    assert AmdSysfsBackend(roots[good]).enumerate() == []  # no driver yet
+    hostfakes.fail(roots[bad], "dkms", DKMS_ERROR)
+    jobs = JobSettings(
+        namespace=NAMESPACE,
+        release="gpuop",
+        image="gpuop/gpuop-operator:0.1.0",
+        host_exec=f"{sys.executable} -m gpuop_sim.hostfakes --root {{host_root}}",
+        deadline_seconds=600,
+    )
+    api = cluster.api()
+    spec = {"driver": {"enable": True, "version": "6.12"}, "devicePlugin": {"enable": False}}
+    with kit.operator_running(cluster, jobs=jobs):
+        api.create(DEVICECONFIGS, kit.device_config(spec=spec), NAMESPACE)
+        cluster.wait_for(
+            lambda: api.get(NODES, good)["metadata"]["labels"].get(VERSION_LABEL) == "6.12",
+            timeout=240,
+            what=f"driver installed on {good}",
+        )
+        cluster.wait_for(
+            lambda: api.get(NODES, bad)["metadata"]["labels"].get(STATE_LABEL) == "upgrade-failed",
+            timeout=240,
+            what=f"{bad} failed",
+        )
+        cluster.wait_for(
+            lambda: (
+                api.get(NODES, good)["metadata"]["labels"].get("gpuop.dev/deploy.node-labeller") == "true"
+            ),
+            timeout=60,
+            what="the operands after the driver",
+        )
+    assert [g.pci_address for g in AmdSysfsBackend(roots[good]).enumerate()]  # modprobe laid the tree
+    assert (roots[good] / "var/lib/gpuop/driver/amd.json").is_file()  # the playbook's marker
+    bad_node = api.get(NODES, bad)
+    assert "gpuop.dev/deploy.node-labeller" not in bad_node["metadata"]["labels"]  # never rolled out
+    assert "Error 2" in bad_node["metadata"]["annotations"][FAILURE]
+    events, _ = api.list(EVENTS, "default")
+    failed = [
+        e["message"]
+        for e in events
+        if e["reason"] == "DriverInstallFailed" and e["involvedObject"]["name"] == bad
+    ]
+    assert any("Error 2" in message and "task" in message for message in failed), failed
