@@ -343,3 +343,22 @@ def test_piped_demo_prints_the_table_while_it_runs_without_escape_codes(tmp_path
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+def test_no_driver_values_keep_the_umbrella_deviceconfigs_and_turn_the_driver_on(tmp_path: Path) -> None:
+    import yaml
+    from gpuop_sim.binaries import repo_root
+    from gpuop_sim.demo import driver_values
+
+    chart = repo_root() / "charts" / "gpu-operator"
+    written = yaml.safe_load(driver_values(chart, tmp_path / "v.yaml").read_text())
+    defaults = yaml.safe_load((chart / "values.yaml").read_text())["deviceConfigs"]
+    assert [c["name"] for c in written["deviceConfigs"]] == [c["name"] for c in defaults]
+    for config, default in zip(written["deviceConfigs"], defaults, strict=True):
+        assert config["spec"]["selector"] == default["spec"]["selector"]
+        assert config["spec"]["driver"]["enable"] is True and config["spec"]["driver"]["version"]
+    assert "gpuop_sim.hostfakes --root {host_root}" in written["operator"]["driverJobs"]["hostExec"]
+    # The umbrella accepts them (its schema and the operator's).
+    from gpuop_sim import helm
+
+    helm.template(chart, values_files=[tmp_path / "v.yaml"])

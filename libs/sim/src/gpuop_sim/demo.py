@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -53,6 +54,11 @@ SELF_CHECK_REQUEST = "gpuop-selfcheck:demo"
 TEST_RUNNER = "test-runner"
 OPERATOR_NAMESPACE = "gpu-operator"
 RELEASE = "gpuop"
+# The operator's driver lifecycle on a node (docs/operator.md): installed version, upgrade step.
+DRIVER_LABELS = {"gpuop.dev/driver.version": "driver", "gpuop.dev/driver-upgrade-state": "upgrade"}
+# With --no-driver the umbrella's DeviceConfigs install the driver through the operator's Jobs,
+# whose playbooks send host commands to the simulator's recording fakes.
+DEMO_DRIVER_VERSIONS = {"amd": "6.12", "nvidia": "570.124.06"}
 LABEL_COLUMNS = (
     PROFILE_LABEL,
     "node.kubernetes.io/instance-type",
@@ -128,6 +134,10 @@ def stage_of(node: Obj) -> str:
         for k, v in sorted(labels_of(node).items())
         if k.startswith(DEPLOY_PREFIX)
     ]
+    labels = labels_of(node)
+    driver = [f"{DRIVER_LABELS[k]}={labels[k]}" for k in DRIVER_LABELS if k in labels]
+    if driver:
+        parts.append(" ".join(driver))
     if deployed:
         parts.append("deploy: " + ",".join(deployed))
     return "; ".join(parts) or "-"
@@ -288,14 +298,39 @@ def kubectl_hint(kubeconfig: Path) -> str:
     return f"{kubectl} --kubeconfig {kubeconfig} get nodes {labels}"
 
 
-def install_operator_chart(cluster: SimCluster, chart: Path, console: Console) -> bool:
+def driver_values(chart: Path, out: Path) -> Path:
+    """A values file for `chart` whose DeviceConfigs (the chart's own, so names, selectors and the
+    rest stay) also install the driver, with host commands going to the simulator's fakes; helm's
+    `--set` on a list index would replace the whole list."""
+    defaults = yaml.safe_load((chart / "values.yaml").read_text()) or {}
+    configs = []
+    for config in defaults.get("deviceConfigs") or []:
+        spec = dict(config.get("spec") or {})
+        version = DEMO_DRIVER_VERSIONS.get(str(spec.get("vendor")), "")
+        spec["driver"] = {"enable": True, "version": version, "upgradePolicy": {"rebootRequired": False}}
+        configs.append({**config, "spec": spec})
+    host_exec = f"{sys.executable} -m gpuop_sim.hostfakes --root {{host_root}}"
+    values = {"deviceConfigs": configs, "operator": {"driverJobs": {"hostExec": host_exec}}}
+    out.write_text(yaml.safe_dump(values, sort_keys=False))
+    return out
+
+
+def install_operator_chart(
+    cluster: SimCluster, chart: Path, console: Console, values_files: Sequence[Path] = ()
+) -> bool:
     """The real `helm install` (release gpuop); False (with the reason printed) when it could not."""
     if not (chart / "Chart.yaml").is_file():
         console.print(f"No operator chart at {chart}: showing the bare simulated cluster.")
         return False
     console.print(f"Installing {chart.name} with helm install (release {RELEASE}) ...")
     try:
-        helm.install(cluster.kubeconfig, chart, namespace=OPERATOR_NAMESPACE, release=RELEASE)
+        helm.install(
+            cluster.kubeconfig,
+            chart,
+            namespace=OPERATOR_NAMESPACE,
+            release=RELEASE,
+            values_files=values_files,
+        )
     except (MissingBinaryError, helm.ChartError) as error:
         console.print(f"Cannot install {chart}: {error}")
         return False
@@ -363,7 +398,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster.start()
         console.print(f"kubeconfig: {cluster.kubeconfig}")
         console.print(f"try:        {kubectl_hint(cluster.kubeconfig)}", soft_wrap=True)
-        install_operator_chart(cluster, args.chart, console)
+        values: list[Path] = []
+        if args.no_driver and (args.chart / "values.yaml").is_file():
+            values.append(driver_values(args.chart, cluster.state_dir / "demo-driver-values.yaml"))
+            console.print("Nodes start without a driver: the operator installs it with its playbook Jobs.")
+        install_operator_chart(cluster, args.chart, console, values)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         snapshot = Snapshots(cluster, console)
         if not use_live(no_live=args.no_live, is_terminal=console.is_terminal):

@@ -308,6 +308,7 @@ def install(
     namespace: str,
     release: str = "gpuop",
     values: Sequence[str] = (),
+    values_files: Sequence[Path] = (),
     wait: bool = False,
     timeout: str = "5m",
 ) -> str:
@@ -327,6 +328,7 @@ def install(
         "--kubeconfig",
         str(kubeconfig),
     ]
+    args += [arg for path in values_files for arg in ("--values", str(path))]
     args += [arg for value in values for arg in ("--set", value)]
     if wait:
         args += ["--wait", "--timeout", timeout]
