@@ -361,4 +361,5 @@ def test_no_driver_values_keep_the_umbrella_deviceconfigs_and_turn_the_driver_on
     # The umbrella accepts them (its schema and the operator's).
     from gpuop_sim import helm
 
+    helm.dependency_build(chart)  # a fresh clone has no charts/ yet
     helm.template(chart, values_files=[tmp_path / "v.yaml"])
