@@ -20,12 +20,14 @@ MIN_MEM_AVAILABLE_BYTES = 6 << 30  # tmpfs pages are memory: leave the tests the
 
 
 def mem_available() -> int:
+    """Bytes of MemAvailable; 0 where /proc/meminfo is missing (not Linux), which keeps the default."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+        text = Path("/proc/meminfo").read_text()
     except OSError:
-        pass
+        return 0
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
     return 0
 
 

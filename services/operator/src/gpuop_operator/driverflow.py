@@ -72,7 +72,6 @@ class DriverPlan:
     states: dict[str, DriverNodeState] = field(default_factory=dict)
     wake_after: float | None = None  # seconds until a time-based step is due again
     finished: list[tuple[str, float]] = field(default_factory=list)  # (node, walk seconds) done now
-    failures: dict[str, str] = field(default_factory=dict)  # failed Job uid -> node: its pod not read yet
 
     def wake(self, seconds: float) -> None:
         self.wake_after = seconds if self.wake_after is None else min(self.wake_after, seconds)
@@ -214,8 +213,7 @@ class _Planner:
             return
         if job.phase == "failed":
             if job.uid not in self.failed_runs:
-                self.plan.failures[job.uid] = node.name  # read its pod first, then fail
-                self._state(node, "installing")
+                self._state(node, "installing")  # its pod's report is read before the next pass
                 return
             self._fail(node, f"driver install Job {job.name} failed ({job.reason or 'Failed'})", job)
             return
@@ -324,8 +322,7 @@ class _Planner:
             return
         if job.phase == "failed":
             if job.uid not in self.failed_runs:
-                self.plan.failures[job.uid] = node.name
-                self._state(node, UpgradeState.UPGRADING.value)
+                self._state(node, UpgradeState.UPGRADING.value)  # its pod's report is read first
                 return
             self._fail(node, f"driver upgrade Job {job.name} failed ({job.reason or 'Failed'})", job)
             return
@@ -447,7 +444,7 @@ def plan_driver(
 
     `jobs` maps (node, operation) to its Job; `node_pods` the pods of nodes being drained;
     `operand_pods` (node, service) of the operand pods still present; `failed_runs` what the pods of
-    failed Jobs reported (a failed Job missing from it is asked for in `plan.failures` first);
+    failed Jobs reported, by Job uid (a failed Job not in it waits: the reconciler reads its pod);
     `validation_recipe`: the test runner's recipe a node must pass before `upgrade-done` (None:
     the GPUs back in allocatable are enough)."""
     planner = _Planner(
