@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import urllib3
 from gpuop_operator.driverflow import VERSION_LABEL
+from gpuop_operator.driverjob import DEFAULT_JOB_IMAGE, JobSettings
+from gpuop_operator.overridecheck import REASON
 from gpuop_operator.upgrade import IN_FLIGHT, STATE_LABEL, UpgradeState, parse_state
 from gpuop_sim.cluster import SimCluster
 from gpuop_sim.workloads.kubeapi import EVENTS, JOBS, NODES, Resource
@@ -208,6 +210,67 @@ def test_an_operator_restarted_mid_upgrade_resumes_and_repeats_no_node(cluster: 
             what="every node upgrade-done",
         )
     assert sorted(job_additions(cluster, since)) == sorted(GPU_NODES)  # one install Job per node, ever
+
+
+OVERRIDES = "playbook-overrides"
+CONFIGMAPS = Resource("v1", "configmaps", "ConfigMap")
+# Bad inputs: one key ends inside an unclosed flow sequence (a YAML error at line 4), a second
+# key is not a list of plays.
+BROKEN_OVERRIDE = {
+    "driver-install.yml": "- hosts: localhost\n  tasks:\n    - name: [unclosed\n",
+    "node-reboot.yaml": "hosts: localhost\n",
+}
+GOOD_OVERRIDE = {"driver-install.yml": "- hosts: localhost\n  tasks: []\n"}
+
+
+def test_a_broken_playbook_override_holds_every_node_with_a_condition_until_fixed(
+    cluster: SimCluster, kit: Any
+) -> None:
+    api = cluster.api()
+    jobs = JobSettings(
+        namespace=NAMESPACE, release=kit.release, image=DEFAULT_JOB_IMAGE, overrides_config_map=OVERRIDES
+    )
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": OVERRIDES}, "data": BROKEN_OVERRIDE}
+    api.create(CONFIGMAPS, body, NAMESPACE)
+    _, since = api.list(JOBS, NAMESPACE)
+
+    def node_state(name: str) -> tuple[Any, ...]:
+        node = api.get(NODES, name)
+        labels = node["metadata"]["labels"]
+        return labels.get(VERSION_LABEL), labels.get(STATE_LABEL), node["spec"].get("unschedulable")
+
+    before = {n: node_state(n) for n in GPU_NODES}
+    with kit.operator_running(cluster, jobs=jobs):
+        api.patch(DEVICECONFIGS, "gpus", {"spec": driver_spec("6.4.1", maxParallelUpgrades=4)}, NAMESPACE)
+        dc = cluster.wait_for_object(
+            DEVICECONFIGS,
+            "gpus",
+            NAMESPACE,
+            lambda d: any(c.get("reason") == REASON for c in (d.get("status") or {}).get("conditions", [])),
+            timeout=60,
+        )
+        degraded = next(c for c in dc["status"]["conditions"] if c["type"] == "Degraded")
+        assert degraded["status"] == "True"
+        where = f"ConfigMap {NAMESPACE}/{OVERRIDES} (--driver-playbook-overrides)"
+        assert f"{where} key driver-install.yml: not valid YAML at line 4, column 1" in degraded["message"]
+        assert "key node-reboot.yaml: a playbook is a non-empty YAML list of plays" in degraded["message"]
+        events, _ = api.list(EVENTS, NAMESPACE)
+        assert any(e.get("reason") == REASON and "driver-install.yml" in e["message"] for e in events)
+        assert job_additions(cluster, since) == []  # held before any Job
+        assert {n: node_state(n) for n in GPU_NODES} == before  # no label, state or cordon moved
+        api.patch(CONFIGMAPS, OVERRIDES, {"data": {"node-reboot.yaml": None, **GOOD_OVERRIDE}}, NAMESPACE)
+        cluster.wait_for(
+            lambda: (
+                all(node_labels(cluster, n).get(STATE_LABEL) == "upgrade-done" for n in GPU_NODES)
+                and all(node_labels(cluster, n).get(VERSION_LABEL) == "6.4.1" for n in GPU_NODES)
+            ),
+            timeout=180,
+            what="every node at 6.4.1 once the override is fixed",
+        )
+    job = api.get(JOBS, "gpuop-driver-amd-0", NAMESPACE)
+    volumes = job["spec"]["template"]["spec"]["volumes"]
+    assert [v["configMap"]["name"] for v in volumes if v["name"] == "overrides"] == [OVERRIDES]
+    api.delete(CONFIGMAPS, OVERRIDES, NAMESPACE)
 
 
 def test_a_pdb_that_never_allows_the_eviction_fails_that_node_at_the_drain_timeout(

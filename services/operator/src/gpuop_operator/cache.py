@@ -46,6 +46,7 @@ class WatchCache:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         transform: Transform = _identity,
         watch_timeout: int = 60,
         retry_delay: float = 1.0,
@@ -54,6 +55,7 @@ class WatchCache:
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self._on_change = on_change
         self._transform = transform
         self._watch_timeout = watch_timeout
@@ -118,7 +120,12 @@ class WatchCache:
         return old != trimmed
 
     def _relist(self) -> str:
-        items, version = self.kube.list(self.resource, self.namespace, labelSelector=self.label_selector)
+        items, version = self.kube.list(
+            self.resource,
+            self.namespace,
+            labelSelector=self.label_selector,
+            fieldSelector=self.field_selector,
+        )
         fresh = {object_key(t): t for t in map(self._transform, items)}
         with self._lock:
             changed = fresh != self._items
@@ -170,6 +177,7 @@ class WatchCache:
             self._watch_timeout,
             on_open=self._opened,
             labelSelector=self.label_selector,
+            fieldSelector=self.field_selector,
         ):
             if self._stop.is_set():
                 break

@@ -31,10 +31,10 @@ from gpuop_operator.jobresult import (
     PlaybookVars,
     TaskFailure,
 )
+from gpuop_operator.overridecheck import OVERRIDE_SUFFIXES
 
 BUILTIN_DIR = Path(__file__).parent / "playbooks"
 PLAYBOOK_NAMES: tuple[str, ...] = get_args(PlaybookName)
-OVERRIDE_SUFFIXES = (".yml", ".yaml")
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 _FAILED_EVENTS = ("runner_on_failed", "runner_on_unreachable")
 

@@ -57,6 +57,8 @@ from gpuop_operator.model import (
     NodeInfo,
     NodePatch,
 )
+from gpuop_operator.overridecheck import REASON as REASON_OVERRIDE
+from gpuop_operator.overridecheck import override_problems
 from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout
 from gpuop_operator.projection import config_map_name, plan_config_map
 from gpuop_operator.selector import matches
@@ -143,7 +145,7 @@ class Reconciler:
             label_selector=f"{COMPONENT_LABEL}={COMPONENT},{instance}",
             transform=trim_job,
         )
-        self._caches = (
+        self._caches: tuple[WatchCache, ...] = (
             self.deviceconfigs,
             self.nodes,
             self.pods,
@@ -151,6 +153,16 @@ class Reconciler:
             self.configmaps,
             self.jobs,
         )
+        overrides = settings.jobs.overrides_config_map if settings.jobs else ""
+        # The override ConfigMap is the user's (no instance label): its own one-object watch.
+        self.overrides = (
+            WatchCache(kube, CONFIGMAPS, mark, namespace=ns, field_selector=f"metadata.name={overrides}")
+            if overrides
+            else None
+        )
+        if self.overrides is not None:
+            self._caches += (self.overrides,)
+        self._override_problems: dict[str, list[str]] = {}  # DeviceConfig -> as last reported
         self._failed_runs: dict[str, FailedRun] = {}  # failed Job uid -> what its pod reported
         self._wake_at = 0.0  # monotonic time a timed driver step is due; 0 when none
         job_settings = settings.jobs or JobSettings(
@@ -280,22 +292,49 @@ class Reconciler:
         ok = True
         driver_ready: set[str] = set()
         driver_plan: DriverPlan | None = None
+        held = ""
         if spec.driver.enable:
-            ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods)
+            held = self._override_held(obj)
+            if not held:
+                ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods)
             driver_ready = {n.name for n in nodes if driver_installed(n)}
         plan = plan_rollout(owner, spec, nodes, pods, installed=installed, driver_ready=driver_ready)
         ok &= self._apply(plan)
         enabled = {service for stage in enabled_stages(spec) for service in stage}
         missing = (enabled & SUPPORTED_SERVICES) - installed - JOB_SERVICES
-        conditions = rollout_conditions(plan, missing)
+        conditions = rollout_conditions(plan, missing, held=held)
         status = build_status(generation, conditions, plan, previous, _now())
         if driver_plan is not None:
             status["driver"] = driver_status(spec.driver, driver_plan.states)
             self.metrics.set_driver_states(owner, status["driver"]["states"])
+        elif held and previous.get("driver"):
+            status["driver"] = previous["driver"]  # held, not gone: the nodes are where they were
         self._write_status(obj, status, warning=bool(missing))
         self.metrics.set_stages(owner, status.get("stages") or {})
         self.metrics.deviceconfig_ready.labels(owner).set(1 if conditions[0].status else 0)
         return ok
+
+    def _override_held(self, obj: JsonObj) -> str:
+        """Why no driver step of this DeviceConfig may run now (a broken playbook override), or ""."""
+        if self.overrides is None:
+            return ""
+        owner = object_key(obj)
+        found = self.overrides.items()
+        problems = override_problems(
+            f"{self.settings.namespace}/{self.job_settings.overrides_config_map}", found[0] if found else None
+        )
+        if problems != self._override_problems.get(owner, []):
+            self._override_problems[owner] = problems
+            if problems:
+                log.warning("driver lifecycle held", extra={"deviceconfig": owner, "problems": problems})
+                self._event(obj, REASON_OVERRIDE, "; ".join(problems), "Warning")
+            else:
+                log.info(
+                    "playbook override usable again; driver lifecycle resumes", extra={"deviceconfig": owner}
+                )
+        if not problems:
+            return ""
+        return "; ".join(problems) + ". No driver Job starts and no node moves until it is fixed"
 
     def _drive(
         self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo], pods: PodIndex

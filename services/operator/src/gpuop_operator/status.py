@@ -16,6 +16,7 @@ from gpuop_common.config.driver import DriverConfig
 
 from gpuop_operator.driverflow import DriverNodeState, desired_version
 from gpuop_operator.model import READY, REMOVING
+from gpuop_operator.overridecheck import REASON as OVERRIDE_REASON
 from gpuop_operator.plan import RolloutPlan
 from gpuop_operator.validation import Validation
 
@@ -54,9 +55,11 @@ def invalid_conditions(validation: Validation) -> list[Condition]:
 
 
 def rollout_conditions(
-    plan: RolloutPlan, missing: Collection[str], deleting: bool = False
+    plan: RolloutPlan, missing: Collection[str], deleting: bool = False, held: str = ""
 ) -> list[Condition]:
-    """Conditions of a valid DeviceConfig from its plan; `missing`: enabled operands with no DaemonSet."""
+    """Conditions of a valid DeviceConfig from its plan; `missing`: enabled operands with no DaemonSet.
+
+    `held`: why the driver lifecycle is held (a broken playbook override), shown as Degraded."""
     stages = plan.stages
     selected = [stage for stage in stages.values() if stage != REMOVING]
     ready = sum(1 for stage in selected if stage == READY)
@@ -85,7 +88,9 @@ def rollout_conditions(
         if rolling
         else Condition("Progressing", False, "Complete", "every selected node is at its desired stage")
     )
-    if missing:
+    if held:
+        degraded = Condition("Degraded", True, OVERRIDE_REASON, held)
+    elif missing:
         sections = ", ".join(f"spec.{OPERAND_SECTIONS[s]}" for s in sorted(missing))
         degraded = Condition(
             "Degraded", True, "OperandNotInstalled", f"{sections}: enabled, but its chart is not installed"
