@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpuop_sim.kubelet import KubeletEmulator
+from gpuop_sim.nodes.faults import raise_ras
 from gpuop_test_runner.results import REQUEST_ANNOTATION
 
 # Fixture types live in conftest.py (not importable in importlib mode): named here for reading.
@@ -113,3 +115,62 @@ def test_sigterm_mid_run_aborts_kills_the_tool_and_answers(
     (status,) = logs.glob("*.json")
     assert json.loads(status.read_text())["result"]["result"] == "Aborted"
     assert "starting rvs" in next(logs.glob("*.log")).read_text()
+
+
+def test_the_agent_leaves_an_unhealthy_gpu_a_pod_holds_alone(
+    amd: GpuNode,
+    env: dict[str, str],
+    tmp_path: Path,
+    cluster: Cluster,
+    kubelet_emulator: KubeletEmulator,
+    *,
+    sim_kubeconfig: Path,
+    wait: Any,
+) -> None:
+    # The real agent asks the kubelet (its pod-resources client is made on first use) before testing.
+    cluster.create_node()
+    gpu = amd.devices[1]
+    kubelet_emulator.assign("trainer-0", "team-a", "main", "amd.com/gpu", [gpu.partitions[0].id])
+    config = tmp_path / "config.yaml"
+    config.write_text("trigger: AUTO_UNHEALTHY_GPU_WATCH\nrecipe: gpuop-selfcheck\npollIntervalSeconds: 5\n")
+    argv = command(
+        "--node-name", "gpu-node", "--kubeconfig", str(sim_kubeconfig), "--host-root", str(amd.root),
+        "--logs-dir", str(tmp_path / "logs"), "--config-file", str(config), "--interval", "0.2",
+        "--probe-port", "0", "--pod-resources-socket", str(kubelet_emulator.pod_resources_socket),
+    )  # fmt: skip
+    agent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # A tick answers the request, then reads health: the second answer means the baseline is read.
+        for n in (1, 2):
+            cluster.annotate({REQUEST_ANNOTATION: f"nope:sync-{n}"})
+            wait(lambda n=n: cluster.reasons().count("TestConfigError") == n, f"request {n} answered")
+        raise_ras(amd.root, gpu.pci_address)
+        wait(lambda: "TestDeferred" in cluster.reasons(), "the test to be deferred")
+        agent.send_signal(signal.SIGTERM)
+        output, _ = agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, output
+    deferred = [m for reason, _type, m in cluster.events() if reason == "TestDeferred"]
+    assert deferred == [
+        f"GPU {gpu.id} turned unhealthy; testing it waits until it is free (held by team-a/trainer-0/main)"
+    ]
+    assert "TestFailed" not in cluster.reasons() and "TestPassed" not in cluster.reasons()
+
+
+def test_the_agent_loads_grpc_only_when_it_asks_the_kubelet() -> None:
+    # An idle agent never asks who holds a GPU; gRPC and the pod-resources protos are ~15 MiB of it.
+    code = "import sys, gpuop_test_runner.main; print(sorted(m for m in sys.modules if m.startswith('grpc')))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_default_pod_resources_socket_is_the_kubelets() -> None:
+    from gpuop_common.kubelet import podresources
+    from gpuop_test_runner import settings
+
+    assert settings.POD_RESOURCES_SOCKET == podresources.POD_RESOURCES_SOCKET
+    assert settings.TestRunnerSettings().pod_resources_socket == Path(podresources.POD_RESOURCES_SOCKET)

@@ -6,11 +6,11 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuop_common.config.testrunner import TestRunnerConfig
 from gpuop_common.configfile import ConfigFileError, ConfigFileWatcher, load_config
 from gpuop_common.kube import KubeConfigError, make_api_client
-from gpuop_common.kubelet.assignments import Assignments, PodResourcesWatcher
 from gpuop_common.logs import configure_logging
 from gpuop_common.settings import parse_settings
 from gpuop_common.shutdown import ServiceContext, Stopping, install_signal_handlers, run_service
@@ -25,6 +25,9 @@ from gpuop_test_runner.recipes import RecipeBook, RecipeError
 from gpuop_test_runner.report import Reporter
 from gpuop_test_runner.results import Outcome, summary
 from gpuop_test_runner.settings import CheckSettings, TestRunnerSettings
+
+if TYPE_CHECKING:
+    from gpuop_common.kubelet.assignments import Assignments, PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +89,15 @@ def serve(ctx: ServiceContext[TestRunnerSettings], metrics: TestRunnerMetrics) -
             watcher.start_in_thread(ctx.stopping)
     initial = watcher.config if watcher is not None else TestRunnerConfig()
     executor = _executor(s, initial, api, metrics, ctx.stopping)
-    pod_resources = PodResourcesWatcher(s.pod_resources_socket)
+    pod_resources: list[PodResourcesWatcher] = []  # made on first use, see holders()
 
     def holders() -> Assignments | None:
-        status = pod_resources.poll()
+        if not pod_resources:
+            # Deferred to the first GPU to test: gRPC and the protos are ~15 MiB an idle agent never needs.
+            from gpuop_common.kubelet.assignments import PodResourcesWatcher
+
+            pod_resources.append(PodResourcesWatcher(s.pod_resources_socket))
+        status = pod_resources[0].poll()
         return status.assignments if status.up else None
 
     agent = TestRunnerAgent(
@@ -113,7 +121,8 @@ def serve(ctx: ServiceContext[TestRunnerSettings], metrics: TestRunnerMetrics) -
         if not agent.join(STOP_WAIT_S):
             log.error("test runs still running at exit")
         agent.close()
-        pod_resources.close()
+        for lister in pod_resources:
+            lister.close()
         if api is not None:
             api.close()  # type: ignore[no-untyped-call]
     return 0

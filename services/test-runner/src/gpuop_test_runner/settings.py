@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from gpuop_common.kubelet import podresources as pr
 from gpuop_common.settings import AgentSettings
 from pydantic import Field
+
+# = gpuop_common.kubelet.podresources.POD_RESOURCES_SOCKET (a test checks), spelled out because that
+# module loads gRPC at import, ~15 MiB an idle agent never needs (it asks the kubelet only before a run).
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 PROBE_PORT = 8084  # docs/charts.md: one probe port per service
 # Where the vendors' packages install the tools (RVS, AGFHC); searched after PATH.
@@ -32,7 +35,7 @@ class TestRunnerSettings(AgentSettings):
     )
     tool_path: str = Field(DEFAULT_TOOL_PATH, description="Directories searched for test tools after PATH.")
     pod_resources_socket: Path = Field(
-        Path(pr.POD_RESOURCES_SOCKET),
+        Path(POD_RESOURCES_SOCKET),
         description="Kubelet pod-resources socket: unhealthy GPUs a workload holds are not tested.",
     )
     vendor: Literal["auto", "amd", "nvidia"] = Field(
