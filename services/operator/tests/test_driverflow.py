@@ -63,6 +63,7 @@ class World:
     answered: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
+    allocatable_expected: bool = True  # a device plugin advertises the GPUs
 
     def step(self, config: DriverConfig, seconds: float = 10.0) -> DriverPlan:
         self.now += seconds
@@ -78,6 +79,7 @@ class World:
             job_deadline_s=600,
             validation_recipe=self.validation_recipe,
             validation_timeout_s=300,
+            allocatable_expected=self.allocatable_expected,
         )
         for patch in plan.patches:
             node = self.nodes[patch.node]
@@ -442,3 +444,21 @@ def test_a_validation_nobody_answers_times_out() -> None:
         "validation timed out after 900s waiting for an answer to recipe gst_single"
         in world.nodes["n00"].annotations[FAILURE]
     )
+
+
+def test_without_a_device_plugin_validation_needs_no_gpus_in_allocatable() -> None:
+    """With the device plugin off (DRA driver, or nothing advertising GPUs) allocatable never
+    fills: a Ready node finishes; with it on, the same node waits and says for what."""
+    nodes = {
+        name: dataclasses.replace(node, gpus_allocatable=0) for name, node in installed_cluster(1).items()
+    }
+    waiting = World(dict(nodes))
+    for _ in range(12):
+        plan = waiting.step(driver("6.2"))
+    assert parse_state(waiting.nodes["n00"].labels[STATE_LABEL]) is UpgradeState.VALIDATING
+    assert plan.states["n00"].message == "waiting for the GPUs in allocatable"
+    without_plugin = World(dict(nodes), allocatable_expected=False)
+    for _ in range(12):
+        without_plugin.step(driver("6.2"))
+    assert without_plugin.nodes["n00"].labels[STATE_LABEL] == UpgradeState.DONE.value
+    assert without_plugin.finished == ["n00"]

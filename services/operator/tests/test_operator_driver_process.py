@@ -2,11 +2,13 @@
 `gpuop-operator playbook driver-install` (real Ansible through ansible-runner) on a simulated node
 that has its GPU on the PCI bus but no driver, with the host commands going to the recording fakes.
 One node installs and its operands follow; on the other a failing DKMS build fails the Job, and the
-task and its stderr reach an Event through the pod's termination message.
+task and its stderr reach an Event through the pod's termination message. Then an upgrade with
+`rebootRequired` runs the real install over the loaded driver and the real `node-reboot` playbook.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +26,14 @@ pytestmark = pytest.mark.slow
 NAMESPACE = "gpu-operator"
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
 DKMS_ERROR = "amdgpu/6.12.0: make: *** [Makefile:12: amdgpu.ko] Error 2"
+# The Jobs' host commands go to the recording fakes under each node's root.
+JOBS_VIA_FAKES = JobSettings(
+    namespace=NAMESPACE,
+    release="gpuop",
+    image="gpuop/gpuop-operator:0.1.0",
+    host_exec=f"{sys.executable} -m gpuop_sim.hostfakes --root {{host_root}}",
+    deadline_seconds=600,
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +50,9 @@ def test_a_bare_node_gets_its_driver_from_the_job_and_a_failing_build_is_reporte
     roots = {node.name: node.root for node in cluster.nodes}
     assert AmdSysfsBackend(roots[good]).enumerate() == []  # no driver yet
     hostfakes.fail(roots[bad], "dkms", DKMS_ERROR)
-    jobs = JobSettings(
-        namespace=NAMESPACE,
-        release="gpuop",
-        image="gpuop/gpuop-operator:0.1.0",
-        host_exec=f"{sys.executable} -m gpuop_sim.hostfakes --root {{host_root}}",
-        deadline_seconds=600,
-    )
     api = cluster.api()
     spec = {"driver": {"enable": True, "version": "6.12"}, "devicePlugin": {"enable": False}}
-    with kit.operator_running(cluster, jobs=jobs):
+    with kit.operator_running(cluster, jobs=JOBS_VIA_FAKES):
         api.create(DEVICECONFIGS, kit.device_config(spec=spec), NAMESPACE)
         cluster.wait_for(
             lambda: api.get(NODES, good)["metadata"]["labels"].get(VERSION_LABEL) == "6.12",
@@ -80,3 +83,33 @@ def test_a_bare_node_gets_its_driver_from_the_job_and_a_failing_build_is_reporte
         if e["reason"] == "DriverInstallFailed" and e["involvedObject"]["name"] == bad
     ]
     assert any("Error 2" in message and "task" in message for message in failed), failed
+
+
+def test_an_upgrade_with_reboot_required_reboots_the_node_through_the_real_playbook(
+    cluster: SimCluster, kit: Any
+) -> None:
+    """6.12 -> 6.13 on the installed node: drain, the real driver-install playbook over a loaded
+    driver, then the real node-reboot playbook, whose fake `systemctl reboot` reboots the node."""
+    good, bad = (node.name for node in cluster.nodes)
+    api = cluster.api()
+    boot_before = api.get(NODES, good)["status"]["nodeInfo"]["bootID"]
+    # The failed node counts as unavailable, so the budget must leave room for one more.
+    policy = {"rebootRequired": True, "maxParallelUpgrades": 1, "maxUnavailableNodes": 2}
+    spec = {
+        "driver": {"enable": True, "version": "6.13", "upgradePolicy": policy},
+        "devicePlugin": {"enable": False},
+    }
+    with kit.operator_running(cluster, jobs=JOBS_VIA_FAKES):
+        api.patch(DEVICECONFIGS, "gpus", {"spec": spec}, NAMESPACE)
+        cluster.wait_for(
+            lambda: api.get(NODES, good)["metadata"]["labels"].get(STATE_LABEL) == "upgrade-done",
+            timeout=240,
+            what=f"{good} upgrade-done",
+        )
+    node = api.get(NODES, good)
+    assert node["metadata"]["labels"][VERSION_LABEL] == "6.13"
+    assert node["status"]["nodeInfo"]["bootID"] != boot_before  # the playbook rebooted it
+    assert not node["spec"].get("unschedulable")  # uncordoned after validation
+    marker = json.loads((cluster.nodes[0].root / "var/lib/gpuop/driver/amd.json").read_text())
+    assert marker["version"] == "6.13"
+    assert api.get(NODES, bad)["metadata"]["labels"].get(STATE_LABEL) == "upgrade-failed"  # untouched

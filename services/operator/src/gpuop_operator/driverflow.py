@@ -129,7 +129,9 @@ class _Planner:
         job_deadline_s: float,
         validation_recipe: str | None,
         validation_timeout_s: float,
+        allocatable_expected: bool,
     ) -> None:
+        self.allocatable_expected = allocatable_expected
         self.validation_recipe = validation_recipe
         self.validation_timeout_s = validation_timeout_s
         self.driver = driver
@@ -365,7 +367,10 @@ class _Planner:
 
     def _validate(self, node: NodeInfo) -> None:
         budget = VALIDATE_TIMEOUT_S + (self.validation_timeout_s if self.validation_recipe else 0.0)
-        if node.ready and node.gpus_allocatable > 0 and self._recipe_passed(node):
+        # Without a device plugin nobody puts GPUs in allocatable (the DRA driver publishes
+        # ResourceSlices): then the Job's own device-node check and a Ready node are the proof.
+        gpus_back = node.gpus_allocatable > 0 or not self.allocatable_expected
+        if node.ready and gpus_back and self._recipe_passed(node):
             self._patch(
                 node,
                 UpgradeState.DONE,
@@ -380,16 +385,16 @@ class _Planner:
             return
         if node.name in self.plan.states:  # the recipe's answer failed the node just now
             return
+        if not node.ready:
+            waiting = "the node to be Ready"
+        elif not gpus_back:
+            waiting = "the GPUs in allocatable"
+        else:
+            waiting = f"an answer to recipe {self.validation_recipe}"
         if self.now - _since(node) >= budget:
-            what = (
-                f"an answer to recipe {self.validation_recipe}"
-                if node.gpus_allocatable
-                else "the GPUs in allocatable"
-            )
-            self._fail(node, f"validation timed out after {int(budget)}s waiting for {what}")
+            self._fail(node, f"validation timed out after {int(budget)}s waiting for {waiting}")
             return
         self.plan.wake(budget - (self.now - _since(node)))
-        waiting = "the test runner's answer" if node.gpus_allocatable else "the GPUs in allocatable"
         self._state(node, UpgradeState.VALIDATING.value, f"waiting for {waiting}")
 
     def _recipe_passed(self, node: NodeInfo) -> bool:
@@ -439,6 +444,7 @@ def plan_driver(
     job_deadline_s: float = 3600.0,
     validation_recipe: str | None = None,
     validation_timeout_s: float = 3600.0,
+    allocatable_expected: bool = True,
 ) -> DriverPlan:
     """One pass of the driver lifecycle over the nodes a DeviceConfig selects (`driver.enable`).
 
@@ -446,7 +452,8 @@ def plan_driver(
     `operand_pods` (node, service) of the operand pods still present; `failed_runs` what the pods of
     failed Jobs reported, by Job uid (a failed Job not in it waits: the reconciler reads its pod);
     `validation_recipe`: the test runner's recipe a node must pass before `upgrade-done` (None:
-    the GPUs back in allocatable are enough)."""
+    the GPUs back in allocatable are enough); `allocatable_expected` False when no device plugin
+    advertises the GPUs (validation then needs only a Ready node and the recipe)."""
     planner = _Planner(
         driver=driver,
         jobs=jobs,
@@ -457,6 +464,7 @@ def plan_driver(
         job_deadline_s=job_deadline_s,
         validation_recipe=validation_recipe,
         validation_timeout_s=validation_timeout_s,
+        allocatable_expected=allocatable_expected,
     )
     views: list[NodeView] = []
     by_name = {node.name: node for node in nodes}

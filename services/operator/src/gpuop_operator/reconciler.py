@@ -376,6 +376,7 @@ class Reconciler:
             job_deadline_s=float(self.job_settings.deadline_seconds),
             validation_recipe=spec.test_runner.recipe if spec.test_runner.enable else None,
             validation_timeout_s=float(spec.test_runner.timeout_seconds),
+            allocatable_expected=spec.device_plugin.enable,
         )
         ok &= self.driver_writer.apply(plan, spec.driver)
         ok &= self._apply(RolloutPlan(), extra=plan.patches)
