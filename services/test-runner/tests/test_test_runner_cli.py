@@ -8,7 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,24 @@ def amd(gpu_node: Callable[[str], GpuNode]) -> GpuNode:
 @pytest.fixture
 def env(amd: GpuNode, tools: FakeTools) -> dict[str, str]:
     return {**os.environ, **amd.info.env, "PATH": f"{tools.bin}:/usr/bin:/bin", "NODE_NAME": ""}
+
+
+@contextmanager
+def agent_process(argv: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """The agent as a child process, killed on the way out if the test did not stop it."""
+    agent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield agent
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+
+
+def terminate(agent: subprocess.Popen[str]) -> str:
+    """SIGTERM, as the kubelet stops a pod; the agent's output once it has exited."""
+    agent.send_signal(signal.SIGTERM)
+    output, _ = agent.communicate(timeout=60)
+    return output
 
 
 def check(env: dict[str, str], root: Path, logs: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -97,15 +116,10 @@ def test_sigterm_mid_run_aborts_kills_the_tool_and_answers(
         "--node-name", "gpu-node", "--kubeconfig", str(sim_kubeconfig), "--host-root", str(amd.root),
         "--logs-dir", str(logs), "--config-file", str(config), "--interval", "0.2", "--probe-port", "0",
     )  # fmt: skip
-    agent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with agent_process(argv, env) as agent:
         cluster.annotate({REQUEST_ANNOTATION: "gst_single:stop-me"})
         wait(lambda: len(tools.pids("rvs")) == 2, "the tool to start")
-        agent.send_signal(signal.SIGTERM)
-        output, _ = agent.communicate(timeout=60)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
+        output = terminate(agent)
     assert agent.returncode == 0, output
     wait(lambda: tools.all_gone("rvs"), "the tool and its worker to be gone")
     assert cluster.reasons() == ["TestAborted"]
@@ -138,19 +152,14 @@ def test_the_agent_leaves_an_unhealthy_gpu_a_pod_holds_alone(
         "--logs-dir", str(tmp_path / "logs"), "--config-file", str(config), "--interval", "0.2",
         "--probe-port", "0", "--pod-resources-socket", str(kubelet_emulator.pod_resources_socket),
     )  # fmt: skip
-    agent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with agent_process(argv, env) as agent:
         # A tick answers the request, then reads health: the second answer means the baseline is read.
         for n in (1, 2):
             cluster.annotate({REQUEST_ANNOTATION: f"nope:sync-{n}"})
             wait(lambda n=n: cluster.reasons().count("TestConfigError") == n, f"request {n} answered")
         raise_ras(amd.root, gpu.pci_address)
         wait(lambda: "TestDeferred" in cluster.reasons(), "the test to be deferred")
-        agent.send_signal(signal.SIGTERM)
-        output, _ = agent.communicate(timeout=60)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
+        output = terminate(agent)
     assert agent.returncode == 0, output
     deferred = [m for reason, _type, m in cluster.events() if reason == "TestDeferred"]
     assert deferred == [

@@ -163,6 +163,7 @@ class Reconciler:
         if self.overrides is not None:
             self._caches += (self.overrides,)
         self._override_problems: dict[str, list[str]] = {}  # DeviceConfig -> as last reported
+        self._override_checked: tuple[str | None, list[str]] | None = None  # (resourceVersion, problems)
         self._failed_runs: dict[str, FailedRun] = {}  # failed Job uid -> what its pod reported
         self._wake_at = 0.0  # monotonic time a timed driver step is due; 0 when none
         job_settings = settings.jobs or JobSettings(
@@ -320,9 +321,13 @@ class Reconciler:
             return ""
         owner = object_key(obj)
         found = self.overrides.items()
-        problems = override_problems(
-            f"{self.settings.namespace}/{self.job_settings.overrides_config_map}", found[0] if found else None
-        )
+        config_map = found[0] if found else None
+        version = None if config_map is None else str(config_map["metadata"].get("resourceVersion", ""))
+        if self._override_checked is None or self._override_checked[0] != version:
+            # Parsed once per version of the ConfigMap, not on every pass of every DeviceConfig.
+            where = f"{self.settings.namespace}/{self.job_settings.overrides_config_map}"
+            self._override_checked = (version, override_problems(where, config_map))
+        problems = self._override_checked[1]
         if problems != self._override_problems.get(owner, []):
             self._override_problems[owner] = problems
             if problems:
