@@ -383,9 +383,17 @@ class Reconciler:
             validation_timeout_s=float(spec.test_runner.timeout_seconds),
             allocatable_expected=spec.device_plugin.enable,
         )
-        ok &= self.driver_writer.apply(plan, spec.driver)
-        ok &= self._apply(RolloutPlan(), extra=plan.patches)
-        if plan.patches or plan.create_jobs or plan.delete_jobs:
+        # Node patches first: a step's Job, evictions and Events follow only once its node records
+        # the step. A node starts only when every other patch applied, so a slot freed this pass
+        # is really free before it is handed on.
+        skipped = self._patch_nodes(plan.patches)
+        if skipped:
+            skipped |= {patch.node for patch in plan.start_patches}
+        else:
+            skipped = self._patch_nodes(plan.start_patches)
+        ok &= not skipped
+        ok &= self.driver_writer.apply(plan.without(skipped), spec.driver)
+        if plan.patches or plan.start_patches or plan.create_jobs or plan.delete_jobs:
             # A step's own writes come back as watch events the caches already hold, so they wake
             # nobody: the walk's next step (often due at once, e.g. cordoned -> draining) needs a pass.
             self.dirty.set()
@@ -430,6 +438,11 @@ class Reconciler:
             return True
         results = list(self._pool.map(self._patch_node, steps))
         return all(results)
+
+    def _patch_nodes(self, patches: Sequence[NodePatch]) -> set[str]:
+        """Send the patches; the nodes whose patch failed."""
+        results = list(self._pool.map(self._patch_node, patches))
+        return {patch.node for patch, applied in zip(patches, results, strict=True) if not applied}
 
     def _patch_node(self, patch: NodePatch) -> bool:
         if self.dry_run:
