@@ -348,7 +348,7 @@ def test_piped_demo_prints_the_table_while_it_runs_without_escape_codes(tmp_path
 def test_no_driver_values_keep_the_umbrella_deviceconfigs_and_turn_the_driver_on(tmp_path: Path) -> None:
     import yaml
     from gpuop_sim.binaries import repo_root
-    from gpuop_sim.demo import driver_values
+    from gpuop_sim.demo import driver_values, host_command_values
 
     chart = repo_root() / "charts" / "gpu-operator"
     written = yaml.safe_load(driver_values(chart, tmp_path / "v.yaml").read_text())
@@ -357,9 +357,15 @@ def test_no_driver_values_keep_the_umbrella_deviceconfigs_and_turn_the_driver_on
     for config, default in zip(written["deviceConfigs"], defaults, strict=True):
         assert config["spec"]["selector"] == default["spec"]["selector"]
         assert config["spec"]["driver"]["enable"] is True and config["spec"]["driver"]["version"]
-    assert "gpuop_sim.hostfakes --root {host_root}" in written["operator"]["driverJobs"]["hostExec"]
-    # The umbrella accepts them (its schema and the operator's).
+    hosts = yaml.safe_load(host_command_values(tmp_path / "h.yaml").read_text())
+    for where in (hosts["operator"]["driverJobs"], hosts["config-manager"]):
+        assert "gpuop_sim.hostfakes --root {host_root}" in where["hostExec"]
+    # The umbrella accepts them (its schema and the operator's), and passes them on.
     from gpuop_sim import helm
 
     helm.dependency_build(chart)  # a fresh clone has no charts/ yet
-    helm.template(chart, values_files=[tmp_path / "v.yaml"])
+    docs = helm.template(chart, values_files=[tmp_path / "v.yaml", tmp_path / "h.yaml"])
+    daemonsets = [d for d in docs if d["kind"] == "DaemonSet"]
+    manager = next(d for d in daemonsets if d["metadata"]["name"].endswith("config-manager"))
+    args = manager["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert any(a.startswith("--host-exec=") and "gpuop_sim.hostfakes" in a for a in args)

@@ -309,8 +309,15 @@ def driver_values(chart: Path, out: Path) -> Path:
         version = DEMO_DRIVER_VERSIONS.get(str(spec.get("vendor")), "")
         spec["driver"] = {"enable": True, "version": version, "upgradePolicy": {"rebootRequired": False}}
         configs.append({**config, "spec": spec})
+    out.write_text(yaml.safe_dump({"deviceConfigs": configs}, sort_keys=False))
+    return out
+
+
+def host_command_values(out: Path) -> Path:
+    """A values file sending every host command (driver Jobs' playbooks, the config manager's
+    driver reload) to the simulator's fakes under each node's root, instead of `chroot /host`."""
     host_exec = f"{sys.executable} -m gpuop_sim.hostfakes --root {{host_root}}"
-    values = {"deviceConfigs": configs, "operator": {"driverJobs": {"hostExec": host_exec}}}
+    values = {"operator": {"driverJobs": {"hostExec": host_exec}}, "config-manager": {"hostExec": host_exec}}
     out.write_text(yaml.safe_dump(values, sort_keys=False))
     return out
 
@@ -399,6 +406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"kubeconfig: {cluster.kubeconfig}")
         console.print(f"try:        {kubectl_hint(cluster.kubeconfig)}", soft_wrap=True)
         values: list[Path] = []
+        if (args.chart / "values.yaml").is_file():
+            values.append(host_command_values(cluster.state_dir / "demo-host-values.yaml"))
         if args.no_driver and (args.chart / "values.yaml").is_file():
             values.append(driver_values(args.chart, cluster.state_dir / "demo-driver-values.yaml"))
             console.print("Nodes start without a driver: the operator installs it with its playbook Jobs.")

@@ -52,6 +52,7 @@ DKMS = f"{STATE_DIR}/dkms.json"
 KERNEL = f"{STATE_DIR}/kernel"
 BOOTS = f"{STATE_DIR}/boots"
 FAILURES = f"{STATE_DIR}/fail"
+AMD_DRIVER_STATE = drivertree.SIM_DIR / "amd-driver.json"  # gpuop_sim.nodes.amd_driver.DRIVER_STATE
 REBOOTER = drivertree.SIM_DIR / "rebooter"  # pid of the SimCluster that reboots this node
 REBOOT_REQUEST = drivertree.SIM_DIR / "reboot-request"
 REBOOT_WAIT_SECONDS = 60.0
@@ -305,6 +306,15 @@ _LAYERS: dict[str, Callable[[Path], None]] = {"amdgpu": _lay_amdgpu, "nvidia": _
 _DEV_NODES = {"nvidia-uvm": ("nvidia-uvm", "nvidia-uvm-tools"), "nvidia-modeset": ("nvidia-modeset",)}
 
 
+def _amd_driver_in_use(root: Path) -> bool:
+    """A device node of the simulated MI300X driver held open (its OPEN_DIR markers)."""
+    if not (root / AMD_DRIVER_STATE).is_file() or not drivertree.is_loaded(root, "amdgpu"):
+        return False
+    from gpuop_sim.nodes import amd_driver  # only a simulated MI300X needs it
+
+    return amd_driver.in_use(root)
+
+
 def modprobe(root: Path, args: list[str]) -> int:
     remove = "-r" in args or "--remove" in args
     words = [a for a in args if not a.startswith("-")]
@@ -318,6 +328,9 @@ def modprobe(root: Path, args: list[str]) -> int:
         base = module.replace("-", "_").split("_")[0]
         mdir = root / "sys/module" / module.replace("-", "_")
         if remove:
+            if module == "amdgpu" and _amd_driver_in_use(root):
+                print(f"modprobe: FATAL: Module {module} is in use.", file=sys.stderr)
+                return 1
             if module in drivertree.MODULES and drivertree.unload(root, module):
                 continue
             for path in sorted(mdir.rglob("*"), reverse=True) if mdir.is_dir() else []:
@@ -336,6 +349,10 @@ def modprobe(root: Path, args: list[str]) -> int:
         if tree:
             drivertree.load(root, module)
             shutil.rmtree(mdir / "parameters", ignore_errors=True)  # a fresh load's parameters only
+            if module == "amdgpu" and (root / AMD_DRIVER_STATE).is_file():
+                from gpuop_sim.nodes import amd_driver  # only a simulated MI300X needs it
+
+                amd_driver.apply_pending(root)  # a requested memory partition comes into force
         write_file(mdir / "initstate", "live")
         if build or not (mdir / "version").is_file():
             write_file(mdir / "version", build)
