@@ -37,7 +37,10 @@ def test_amd_reset_clears_ras_and_vanished_gpu_faults_and_is_recorded(gpu_node_r
     raise_ras(info.root, ras_gpu, "umc", by=2)
     vanish_gpu(info.root, gone_gpu)
     broken = unhealthy(backend)
-    assert sorted(sum(broken.values(), [])) == ["gpu_vanished", "ras_uncorrectable_increase"]
+    assert sorted(code for codes in broken.values() for code in codes) == [
+        "gpu_vanished",
+        "ras_uncorrectable_increase",
+    ]
     assert {f.kind for f in active_faults(info.root)} == {"ras", "vanished"}
 
     assert run(info.root, "amd-smi", "reset", "-G", "-g", ras_gpu)[0] == 0

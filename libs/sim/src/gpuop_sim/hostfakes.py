@@ -574,10 +574,11 @@ def nvidia_smi(root: Path, args: list[str]) -> int:
         return 2
     flag = "-i" if "-i" in args else "--id"
     wanted = args[args.index(flag) + 1] if flag in args[:-1] else None
-    pci = _select_gpu(root, wanted, gpus) if wanted else None
-    if pci is None:
+    target = _select_gpu(root, wanted, gpus) if wanted else None
+    if target is None:
         print(f"No devices were found matching {wanted!r}" if wanted else "-r needs -i GPU", file=sys.stderr)
         return 6
+    pci = target
     holder = _busy_with(root, pci)
     if holder is not None:
         print(
