@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuop_common.gpu import GpuHealth, HealthReason, PartitionHealth
+from gpuop_common.gpu import AmdSysfsBackend, GpuHealth, HealthReason, PartitionHealth
 from gpuop_node_labeller import LabelOptions
 from gpuop_node_labeller.agent import HEALTH_RESET_ANNOTATION, NodeLabeller
 from gpuop_node_labeller.health import (
@@ -25,7 +25,7 @@ from gpuop_node_labeller.health import (
     unreadable_condition,
 )
 from gpuop_sim import hostfakes
-from gpuop_sim.nodes import NodeRootInfo, break_gpu, inject_xid, set_kfd_property
+from gpuop_sim.nodes import NodeRootInfo, amd_driver, break_gpu, inject_xid, set_kfd_property
 from gpuop_sim.workloads.kubeapi import KubeRest
 from gpuop_sim.workloads.simkubelet.nodestatus import mark_not_ready, mark_ready
 
@@ -264,3 +264,18 @@ def test_console_script_once_publishes_the_condition(
     got = condition(nodes)
     assert (got["status"], got["reason"]) == ("False", "GfxTargetVersionZero")
     assert info.pci_addresses[0] in got["message"]
+
+
+def test_a_partition_switch_is_no_fault(node_gpus: NodeGpus, nodes: Any, kube_api_client: Any) -> None:
+    info, _ = node_gpus("amd-mi300x-cpx", "gpu-node")
+    nodes.create("gpu-node")
+    labeller = labeller_for(info, kube_api_client)
+    labeller.run_once()
+    # What the config manager does, through the simulated amdgpu driver (re-lays the KFD nodes): the
+    # CPX partitions of GPU 0 go, which a health baseline taken in CPX would call vanished.
+    AmdSysfsBackend(info.root, writer=amd_driver.write_attr).set_partition_mode(
+        info.pci_addresses[0], "spx_nps1"
+    )
+    labeller.run_once()
+    assert condition(nodes)["status"] == "True", condition(nodes)
+    labeller.close()

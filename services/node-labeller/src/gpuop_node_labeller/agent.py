@@ -135,6 +135,7 @@ class NodeLabeller:
         self._health_reset: str | None = None  # the HEALTH_RESET_ANNOTATION value last acted on
         self._pci: dict[str, str] = {}  # GPU id -> PCI address, kept for GPUs that vanish
         self._seen: set[str] = set()  # GPU ids the last read_gpus() found
+        self._modes: dict[str, str | None] = {}  # GPU id -> partition mode key, last seen
         self._last_count: int | None = None
         self._last_printed: list[str] | None = None
 
@@ -196,6 +197,16 @@ class NodeLabeller:
         self._last_count = len(gpus)
         self._pci.update({gpu.id: gpu.pci_address for gpu in gpus if gpu.pci_address})
         self._seen = {gpu.id for gpu in gpus}
+        modes = {gpu.id: gpu.partition.key if gpu.partition else None for gpu in gpus}
+        switched = sorted(
+            gid for gid, mode in modes.items() if gid in self._modes and self._modes[gid] != mode
+        )
+        if switched:
+            # A partition switch (config manager) replaces the partitions a health baseline knows:
+            # not a fault, so the baseline is taken again, as the device plugin does.
+            log.info("partition mode changed; re-taking the health baseline", extra={"gpus": switched})
+            self._close_health()
+        self._modes.update(modes)
         return gpus
 
     def _read_health(self) -> list[GpuHealth]:
