@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from gpuop_common.gpu import AmdSysfsBackend, GpuHealth, HealthReason, PartitionHealth
-from gpuop_node_labeller import LabelOptions
+from gpuop_node_labeller import LabelOptions, agent
 from gpuop_node_labeller.agent import HEALTH_RESET_ANNOTATION, NodeLabeller
 from gpuop_node_labeller.health import (
     MAX_MESSAGE,
@@ -183,7 +183,6 @@ def test_ras_fault_turns_the_condition_false_and_a_reset_brings_it_back(
     assert fake(info.root, "amd-smi", "reset", "-G", "-g", gpu) == 0
     assert labeller.run_once().condition_written
     assert condition(nodes)["status"] == "True"
-    assert condition(nodes)["since"] > broken["since"] or condition(nodes)["since"] == broken["since"]
     assert labeller.metrics.registry.get_sample_value("gpuop_node_labeller_condition_patches_total") == 3
     labeller.close()
 
@@ -278,4 +277,32 @@ def test_a_partition_switch_is_no_fault(node_gpus: NodeGpus, nodes: Any, kube_ap
     )
     labeller.run_once()
     assert condition(nodes)["status"] == "True", condition(nodes)
+    labeller.close()
+
+
+def test_unreadable_health_is_published_as_unknown_and_recovers(
+    node_gpus: NodeGpus, nodes: Any, kube_api_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info, _ = node_gpus("amd-radeon", "gpu-node")
+    nodes.create("gpu-node")
+    broken = {"on": True}
+
+    class FlakyHealth(AmdSysfsBackend):
+        def health(self) -> list[GpuHealth]:
+            if broken["on"]:
+                raise PermissionError(
+                    13, "Permission denied", "/sys/class/kfd/kfd/topology/nodes/1/properties"
+                )
+            return super().health()
+
+    monkeypatch.setattr(agent, "open_backends", lambda root, vendor, nvml=None: [FlakyHealth(root)])
+    labeller = labeller_for(info, kube_api_client)
+    result = labeller.run_once()
+    assert result.labels  # the labels do not wait for health
+    got = condition(nodes)
+    assert (got["status"], got["reason"]) == ("Unknown", "GPUHealthUnreadable")
+    assert "/sys/class/kfd/kfd/topology/nodes/1/properties" in got["message"]
+    broken["on"] = False
+    labeller.run_once()
+    assert condition(nodes)["status"] == "True"
     labeller.close()
