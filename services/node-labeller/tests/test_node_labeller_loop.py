@@ -111,7 +111,7 @@ def test_hardware_event_relabels_without_waiting_for_the_resync(
     thread.start()
     try:
         wait_until(lambda: nodes.labels("gpu-node").get("gpuop.dev/gpu.partition.compute") == "spx")
-        assert probes.ready
+        wait_until(lambda: probes.ready)  # the pass ends (GPUHealthy written) after the labels land
         for gpu in info.pci_addresses:
             (amd_device_dir(info.root, gpu) / "current_compute_partition").write_text("DPX\n")
         assert events.fire is not None

@@ -516,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().error("--duration must be 0 or more")
     stop = stop_event_on_signals()
     # A pipe (logs, tests) gets a wide fixed width; a terminal keeps its own.
-    console = Console() if sys.stdout.isatty() else Console(width=180)
+    console = Console() if sys.stdout.isatty() else Console(width=240)
     cluster = cluster_from_args(args)
     try:
         console.print("Starting the simulated cluster ...")
