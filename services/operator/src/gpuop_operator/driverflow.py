@@ -20,12 +20,21 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from gpuop_common.config.driver import DriverConfig
 
 from gpuop_operator.drain import NodePod, plan_drain
 from gpuop_operator.driverjob import JobView, Operation
-from gpuop_operator.model import PAUSED_PREFIX, STAGES, NodeInfo, NodePatch, deploy_label
+from gpuop_operator.model import (
+    PAUSED_PREFIX,
+    REMEDIATION_ACTIVE,
+    REMEDIATION_STATE_LABEL,
+    STAGES,
+    NodeInfo,
+    NodePatch,
+    deploy_label,
+)
 from gpuop_operator.upgrade import STATE_LABEL, NodeView, UpgradeState, parse_state, plan_upgrades
 
 VERSION_LABEL = "gpuop.dev/driver.version"
@@ -110,10 +119,12 @@ def _vendor(node: NodeInfo) -> str | None:
 
 @dataclass(frozen=True)
 class FailedRun:
-    """What the reconciler read from a failed Job's pod: one line per failed task."""
+    """What the reconciler read from a finished Job's pod (a failed one's, and a remediation Job's
+    whatever the outcome): one line per failed task, and the playbook's set_stats facts."""
 
     summary: str
     tasks: tuple[tuple[str, str], ...] = ()  # (task name, stderr tail or message)
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Planner:
@@ -403,25 +414,38 @@ class _Planner:
         automatic run's) never counts."""
         if not self.validation_recipe:
             return True
-        request_id = f"driver-upgrade-{node.annotations.get(SINCE, '0')}"
-        answer = _answer(node.annotations.get(TEST_RESULT, ""))
-        if answer.get("requestId") == request_id:
-            if answer.get("result") == "Passed":
-                return True
-            self._fail(
-                node,
-                f"validation recipe {self.validation_recipe} {answer.get('result', 'failed')}"
-                + (f": {answer['reason']}" if answer.get("reason") else ""),
-            )
-            return False
-        wanted = f"{self.validation_recipe}:{request_id}"
-        if node.annotations.get(TEST_REQUEST) != wanted:
+        answer = ask_recipe(
+            node, self.validation_recipe, f"driver-upgrade-{node.annotations.get(SINCE, '0')}"
+        )
+        if answer.result == "failed":
+            self._fail(node, f"validation recipe {self.validation_recipe} {answer.detail}")
+        elif answer.request is not None:
             self._patch(
                 node,
                 UpgradeState.VALIDATING,
-                annotations={TEST_REQUEST: wanted, SINCE: node.annotations.get(SINCE)},
+                annotations={TEST_REQUEST: answer.request, SINCE: node.annotations.get(SINCE)},
             )
-        return False
+        return answer.result == "passed"
+
+
+@dataclass(frozen=True)
+class RecipeAnswer:
+    result: Literal["passed", "failed", "pending"]
+    detail: str = ""  # why it failed: the result and the runner's reason
+    request: str | None = None  # the TEST_REQUEST value to write (None: already asked)
+
+
+def ask_recipe(node: NodeInfo, recipe: str, request_id: str) -> RecipeAnswer:
+    """The test runner's answer to `recipe` for `request_id` (docs/test-runner.md, operator API), or
+    the request to write when it has not been asked yet. Shared by driver upgrades and remediation."""
+    answer = _answer(node.annotations.get(TEST_RESULT, ""))
+    if answer.get("requestId") == request_id:
+        if answer.get("result") == "Passed":
+            return RecipeAnswer("passed")
+        detail = answer.get("result", "failed") + (f": {answer['reason']}" if answer.get("reason") else "")
+        return RecipeAnswer("failed", detail)
+    wanted = f"{recipe}:{request_id}"
+    return RecipeAnswer("pending", request=None if node.annotations.get(TEST_REQUEST) == wanted else wanted)
 
 
 def _answer(text: str) -> dict[str, str]:
@@ -472,7 +496,11 @@ def plan_driver(
         vendor = _vendor(node)
         raw = node.labels.get(STATE_LABEL)
         state = parse_state(raw)
-        views.append(NodeView(node.name, state, node.ready, node.unschedulable))
+        remediating = node.labels.get(REMEDIATION_STATE_LABEL) in REMEDIATION_ACTIVE
+        # A node in remediation is unavailable capacity and never starts an upgrade (nor the reverse:
+        # remediation waits while a node is in flight here).
+        startable = state if not (remediating and state is UpgradeState.REQUIRED) else None
+        views.append(NodeView(node.name, startable, node.ready, node.unschedulable or remediating))
         if raw and state is None:
             planner._state(
                 node,
@@ -495,7 +523,8 @@ def plan_driver(
         elif state in (None, UpgradeState.DONE):
             planner._state(node, "installed" if state is None else UpgradeState.DONE.value)
         elif state is UpgradeState.REQUIRED:
-            planner._state(node, UpgradeState.REQUIRED.value, "waiting for an upgrade slot")
+            wait = "the node's remediation to finish" if startable is None else "an upgrade slot"
+            planner._state(node, UpgradeState.REQUIRED.value, f"waiting for {wait}")
         elif state is UpgradeState.FAILED:
             planner._state(node, UpgradeState.FAILED.value, node.annotations.get(FAILURE, ""))
         else:
