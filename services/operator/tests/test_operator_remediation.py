@@ -9,6 +9,7 @@ the simulated node. A watcher sees every Node event and checks the bounds on eac
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,13 +20,14 @@ import pytest
 import urllib3
 from gpuop_common.kubejson import STRATEGIC_MERGE_PATCH
 from gpuop_operator.driverflow import VERSION_LABEL
+from gpuop_operator.driverjob import DEFAULT_JOB_IMAGE, JobSettings
 from gpuop_operator.jobresult import PlaybookSummary, TaskFailure
 from gpuop_operator.model import REMEDIATION_ACTIVE
 from gpuop_operator.remediation import APPROVED_LABEL, STATE_LABEL
 from gpuop_operator.upgrade import IN_FLIGHT
 from gpuop_operator.upgrade import STATE_LABEL as UPGRADE_STATE
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import EVENTS, JOBS, NODES, Resource
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, EVENTS, JOBS, NODES, Resource
 from gpuop_sim.workloads.objects import Obj
 from gpuop_sim.workloads.simkubelet.stub import StubOutcome
 from kubernetes import client, config, watch
@@ -183,6 +185,12 @@ def remediation(**settings: Any) -> dict[str, Any]:
 def state_of(cluster: SimCluster, node: str) -> str | None:
     labels: dict[str, str] = cluster.api().get(NODES, node)["metadata"]["labels"]
     return labels.get(STATE_LABEL)
+
+
+def history(cluster: SimCluster, node: str) -> list[dict[str, Any]]:
+    annotations = cluster.api().get(NODES, node)["metadata"].get("annotations") or {}
+    runs: list[dict[str, Any]] = json.loads(annotations.get("gpuop.dev/remediation.history", "[]"))
+    return runs
 
 
 def wait_state(cluster: SimCluster, nodes: tuple[str, ...], state: str, timeout: float = 90) -> None:
@@ -351,10 +359,18 @@ def test_max_parallel_holds_on_every_event_while_three_nodes_are_remediated(
     watcher = Watcher(sim, max_parallel=1)
     try:
         with kit.operator_running(sim):
+            runs = {name: len(history(sim, name)) for name in NODE_NAMES}
             put_spec(sim, kit, remediation(maxParallel=1))
             for name in NODE_NAMES:
                 set_gpu_health(sim, name, False)
-            wait_state(sim, NODE_NAMES, "recovered", timeout=150)
+            sim.wait_for(
+                lambda: all(
+                    len(history(sim, n)) == runs[n] + 1 and state_of(sim, n) == "recovered"
+                    for n in NODE_NAMES
+                ),
+                timeout=150,
+                what="a new run of every node recovered",
+            )
     finally:
         watcher.stop()
         outcomes.reset_seconds = 0.3
@@ -492,3 +508,46 @@ def test_remediation_and_a_driver_upgrade_never_overlap_on_a_node(
         outcomes.reset_seconds = 0.3
     assert watcher.violations == []
     assert all(api.get(NODES, n)["metadata"]["labels"][VERSION_LABEL] == "6.3" for n in NODE_NAMES)
+
+
+def test_a_user_repair_playbook_comes_from_the_override_config_map_and_holds_until_it_is_there(
+    cluster: tuple[SimCluster, Outcomes], kit: Any
+) -> None:
+    sim, _ = cluster
+    api = sim.api()
+    overrides = "playbook-overrides"
+    jobs = JobSettings(
+        namespace=NAMESPACE, release=kit.release, image=DEFAULT_JOB_IMAGE, overrides_config_map=overrides
+    )
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": overrides}, "data": {}}
+    api.create(CONFIGMAPS, body, NAMESPACE)
+    put_spec(sim, kit, remediation(playbook="site-fix"))  # before the operator: its first pass sees it
+    set_gpu_health(sim, "amd-2", False)
+    with kit.operator_running(sim, jobs=jobs):
+        dc = sim.wait_for_object(
+            DEVICECONFIGS,
+            "gpus",
+            NAMESPACE,
+            lambda d: any(
+                "spec.remediation.playbook" in c.get("message", "")
+                for c in (d.get("status") or {}).get("conditions", [])
+            ),
+            timeout=30,
+        )
+        degraded = next(c for c in dc["status"]["conditions"] if c["type"] == "Degraded")
+        assert degraded["status"] == "True"
+        assert f"ConfigMap {NAMESPACE}/{overrides} has no key site-fix.yml" in degraded["message"]
+        assert state_of(sim, "amd-2") != "detected"  # held before any node moved
+        runs = len(history(sim, "amd-2"))
+        playbook = "- hosts: localhost\n  tasks: []\n"
+        api.patch(CONFIGMAPS, overrides, {"data": {"site-fix.yml": playbook}}, NAMESPACE)
+        sim.wait_for(
+            lambda: len(history(sim, "amd-2")) == runs + 1 and state_of(sim, "amd-2") == "recovered",
+            timeout=60,
+            what="a new run of amd-2 recovered",
+        )
+    assert history(sim, "amd-2")[-1]["result"] == "recovered"
+    job = api.get(JOBS, "gpuop-reset-amd-2", NAMESPACE)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["playbook", "site-fix"] and "--overrides-dir" in args
+    api.delete(CONFIGMAPS, overrides, NAMESPACE)

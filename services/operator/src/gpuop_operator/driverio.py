@@ -49,6 +49,9 @@ def read_failed_run(kube: KubeJson, job: JobView, namespace: str) -> FailedRun:
     """What a finished Job's pod said: the playbook summary, else the log tail, else the Job's reason."""
     pods, _ = kube.list(PODS, namespace, labelSelector=f"job-name={job.name}")
     for pod in pods:
+        owners = {ref.get("uid") for ref in (pod.get("metadata") or {}).get("ownerReferences") or []}
+        if owners and job.uid not in owners:
+            continue  # a pod of an older Job of that name, not collected yet
         summary = summary_of_pod(pod)
         if summary is not None:
             tasks = tuple(

@@ -352,7 +352,8 @@ class _Planner:
             self._state(
                 node,
                 shown,
-                f"{trigger.describe()} for {int(held)}s; acting after {self.config.condition_hold_seconds}s",
+                # No elapsed seconds here: a message that changes every pass would rewrite the status.
+                f"{trigger.describe()}; acting once it has held {self.config.condition_hold_seconds}s",
             )
             return
         self._patch(
