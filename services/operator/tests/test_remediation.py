@@ -21,6 +21,7 @@ from gpuop_operator.remediation import (
     STATE_LABEL,
     STEPS,
     RemediationPlan,
+    plan_release,
     plan_remediation,
     trigger_of,
 )
@@ -367,3 +368,21 @@ def test_gpus_annotation_is_written_at_detection() -> None:
     walk = Walk({}, gpu_node())
     walk.step()
     assert walk.nodes["n0"].annotations[GPUS] == "0000:c1:00.0,0000:c2:00.0"
+
+
+def test_turning_remediation_off_gives_back_every_node_a_run_marked() -> None:
+    walk = Walk({"maxParallel": 0}, gpu_node("a"), gpu_node("b"), gpu_node("c", healthy=True))
+    walk.nodes["a"] = replace(walk.nodes["a"], unschedulable=True)  # an admin's cordon
+    walk.step()
+    walk.step()
+    assert walk.state("a") == "tainted" and walk.state("b") == "tainted"
+    plan = plan_release(list(walk.nodes.values()), "remediation.enable is false")
+    for patch in plan.patches:
+        walk.nodes[patch.node] = apply(walk.nodes[patch.node], patch)
+    assert [p.node for p in plan.patches] == ["a", "b"]  # c carries nothing of a run
+    for name in "ab":
+        node = walk.nodes[name]
+        assert STATE_LABEL not in node.labels and STARTED not in node.annotations
+        assert node.taints == ({"key": "other", "value": "x", "effect": "NoSchedule"},)
+    assert walk.nodes["a"].unschedulable and not walk.nodes["b"].unschedulable
+    assert {e.reason for e in plan.events} == {"RemediationStopped"}

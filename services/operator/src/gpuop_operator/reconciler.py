@@ -65,7 +65,7 @@ from gpuop_operator.overridecheck import OVERRIDE_SUFFIXES, override_problems
 from gpuop_operator.overridecheck import REASON as REASON_OVERRIDE
 from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout
 from gpuop_operator.projection import config_map_name, plan_config_map
-from gpuop_operator.remediation import RemediationPlan, plan_remediation
+from gpuop_operator.remediation import RemediationPlan, plan_release, plan_remediation
 from gpuop_operator.selector import matches
 from gpuop_operator.status import (
     build_status,
@@ -308,7 +308,9 @@ class Reconciler:
                 ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods)
             driver_ready = {n.name for n in nodes if driver_installed(n)}
         remediation_held = held
-        if spec.remediation.enable and not held:
+        if not spec.remediation.enable:
+            ok &= self._stop_remediation(owner, spec.selector, nodes, "remediation.enable is false")
+        elif not held:
             remediation_held = self._playbook_missing(spec.remediation.playbook)
             if not remediation_held:
                 done, remediation_plan, nodes = self._remediate(owner, spec, nodes)
@@ -397,6 +399,23 @@ class Reconciler:
                 ok = False
                 log.warning("reading a Job's pod failed", extra={"job": view.name, "error": _describe(exc)})
         return ok
+
+    def _stop_remediation(
+        self, owner: str, selector: LabelSelector | None, nodes: Sequence[NodeInfo], why: str
+    ) -> bool:
+        """Give back the nodes a run of this DeviceConfig left tainted or labelled (`selector`
+        None: every node it owns, for its deletion)."""
+        mine = [
+            n
+            for n in nodes
+            if n.annotations.get(OWNER_ANNOTATION) in ((None, owner) if selector is not None else (owner,))
+            and (selector is None or matches(selector, n.labels))
+        ]
+        plan = plan_release(mine, why)
+        if not plan.patches:
+            return True
+        ok = self.driver_writer.send((), (), (), (), plan.events, grace=-1)
+        return self._apply(RolloutPlan(), extra=plan.patches) and ok
 
     def _remediate(
         self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo]
@@ -518,6 +537,8 @@ class Reconciler:
         owner = object_key(obj)
         finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
         if FINALIZER not in finalizers:
+            return
+        if not self._stop_remediation(owner, None, nodes, f"DeviceConfig {owner} deleted"):
             return
         plan = plan_rollout(owner, None, nodes, pods)
         if not self._apply(plan):

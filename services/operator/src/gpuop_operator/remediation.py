@@ -368,15 +368,22 @@ class _Planner:
         )
         self._state(node, State.DETECTED.value, trigger.describe())
 
-    def _release(self, node: NodeInfo) -> None:
-        """A person removed the state label of a failed (or stuck) run: untaint, uncordon, forget."""
+    def _release(
+        self,
+        node: NodeInfo,
+        reason: str = "RemediationReleased",
+        why: str = "state label removed: taint and cordon of the remediation lifted",
+    ) -> None:
+        """A person removed the state label of a failed (or stuck) run, or remediation was turned
+        off: untaint, uncordon (unless an admin had cordoned it), forget the run (not the history)."""
+        started = STARTED in node.annotations or TAINT in node.annotations
         self._patch(
             node,
             None,
             annotations={**dict.fromkeys(RUN_ANNOTATIONS, None), FAILURE: None},
-            unschedulable=False if node.annotations.get(ADMIN_CORDON) != "true" else None,
-            taints=self._without_ours(node),
-            event=("RemediationReleased", "state label removed: taint and cordon of the remediation lifted"),
+            unschedulable=False if started and node.annotations.get(ADMIN_CORDON) != "true" else None,
+            taints=self._without_ours(node) if started else None,
+            event=(reason, why) if started else None,
         )
         self._state(node, "healthy")
 
@@ -658,6 +665,28 @@ class _Planner:
 def _vendor(node: NodeInfo) -> str | None:
     vendors = node.vendors()
     return next(iter(vendors)) if len(vendors) == 1 else None
+
+
+def plan_release(nodes: Sequence[NodeInfo], why: str) -> RemediationPlan:
+    """Remediation turned off (or its DeviceConfig deleted): every node a run left its marks on is
+    given back, failed ones included (the history annotation stays). A Job still running is left
+    to finish; nothing acts on its result."""
+    planner = _Planner(
+        RemediationConfig(),
+        jobs={},
+        reports={},
+        node_pods={},
+        now=0.0,
+        driver_enabled=False,
+        validation_recipe=None,
+        validation_timeout_s=0.0,
+        allocatable_expected=False,
+    )
+    for node in sorted(nodes, key=lambda n: n.name):
+        marked = STATE_LABEL in node.labels or any(k in node.annotations for k in (*RUN_ANNOTATIONS, FAILURE))
+        if marked:
+            planner._release(node, "RemediationStopped", f"{why}: taint and cordon of the remediation lifted")
+    return planner.plan
 
 
 def plan_remediation(
