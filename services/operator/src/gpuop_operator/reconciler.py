@@ -385,6 +385,9 @@ class Reconciler:
             view = job_view(obj)
             if view is not None:
                 jobs[(view.node, view.operation)] = view
+        live = {view.uid for view in jobs.values()}
+        for uid in [uid for uid in self._failed_runs if uid not in live]:
+            del self._failed_runs[uid]  # its Job is gone: nobody asks for its report again
         return jobs
 
     def _read_reports(self, jobs: Iterable[JobView]) -> bool:
