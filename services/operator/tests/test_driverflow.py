@@ -24,6 +24,7 @@ from gpuop_operator.driverflow import (
     VERSION_LABEL,
     DriverPlan,
     FailedRun,
+    NodeEvent,
     plan_driver,
 )
 from gpuop_operator.driverjob import JobView
@@ -81,7 +82,7 @@ class World:
             validation_timeout_s=300,
             allocatable_expected=self.allocatable_expected,
         )
-        for patch in plan.patches:
+        for patch in [*plan.patches, *plan.start_patches]:
             node = self.nodes[patch.node]
             labels = {**node.labels, **patch.labels}
             annotations = {**node.annotations, **patch.annotations}
@@ -367,9 +368,9 @@ def test_operands_are_paused_before_the_job_and_resumed_after_the_reboot() -> No
     assert world.nodes["n00"].labels[DP] == "true"
     states = [s for s, _, _ in seen]
     order = [s.value for s in UpgradeState if s.value in states]
+    # As each pass leaves the node: upgrade-required and cordoned are passed through in the pass
+    # that starts it (test_a_start_cordons_and_drains_in_one_patch...).
     assert order == [
-        "upgrade-required",
-        "cordoned",
         "draining",
         "pod-restart",
         "upgrading",
@@ -377,6 +378,58 @@ def test_operands_are_paused_before_the_job_and_resumed_after_the_reboot() -> No
         "validating",
         "upgrade-done",
     ]
+
+
+def test_a_start_cordons_and_drains_in_one_patch_and_a_drained_node_pauses_its_operands_at_once() -> None:
+    """Steps that wait on nothing outside the pass are taken in it, in one patch per node: a
+    version change starts a free node (required -> cordoned -> draining); the next pass, with its
+    pods listed and none to evict, goes on to pod-restart and pauses the operands."""
+    world = World(installed_cluster(1))  # device plugin and exporter running
+    world.operand_pods |= {("n00", "device-plugin"), ("n00", "metrics-exporter")}
+    plan = world.step(driver("6.2", rebootRequired=False))
+    assert plan.patches == [] and len(plan.start_patches) == 1
+    start = plan.start_patches[0]
+    assert start.labels[STATE_LABEL] == UpgradeState.DRAINING.value and start.unschedulable is True
+    assert [e.reason for e in plan.events] == ["DriverUpgradeStarted"]
+    world.pods["n00"] = []  # the reconciler lists a draining node's pods: nothing to evict
+    plan = world.step(driver("6.2", rebootRequired=False))
+    assert len(plan.patches) == 1 and plan.start_patches == []
+    patch = plan.patches[0]
+    paused = {DP: PAUSE_VALUE, EXPORTER: PAUSE_VALUE}
+    assert patch.labels == {STATE_LABEL: UpgradeState.POD_RESTART.value, **paused}
+    assert plan.create_jobs == []  # the operands' pods must go before the build starts
+    plan = world.step(driver("6.2", rebootRequired=False))
+    assert [j[:2] for j in plan.create_jobs] == [("n00", "driver-install")]
+    assert world.nodes["n00"].labels[STATE_LABEL] == UpgradeState.UPGRADING.value
+
+
+def test_a_node_that_finishes_hands_its_slot_on_in_the_same_pass() -> None:
+    world = World(installed_cluster(2))
+    config = driver("6.2", maxParallelUpgrades=1, rebootRequired=False)
+    for _ in range(30):
+        plan = world.step(config)
+        if plan.finished:
+            break
+    assert [name for name, _ in plan.finished] == ["n00"]
+    assert [p.node for p in plan.start_patches] == ["n01"]  # sent only after n00's patch applied
+    assert [p.node for p in plan.patches] == ["n00"]
+
+
+def test_writes_of_a_node_whose_patch_failed_are_held_back() -> None:
+    """The reconciler drops a node's Jobs, evictions and Events when its patch did not apply: the
+    step runs again next pass, and its writes would otherwise come before the node records it."""
+    job = JobView("j", "u", "n00", "driver-install", "6.1", "succeeded")
+    pod = NodePod("default", "p", "u2", "ReplicaSet", node="n01")
+    plan = DriverPlan(
+        create_jobs=[("n00", "driver-install", "amd"), ("n01", "driver-install", "amd")],
+        delete_jobs=[job],
+        evict=[pod],
+        events=[NodeEvent("n00", "DriverUpgradeStarted", "m"), NodeEvent("n01", "DriverUpgraded", "m")],
+    )
+    kept = plan.without({"n00"})
+    assert kept.create_jobs == [("n01", "driver-install", "amd")] and kept.delete_jobs == []
+    assert kept.evict == [pod] and [e.node for e in kept.events] == ["n01"]
+    assert plan.without({"n01"}).evict == [] and plan.without(set()) is plan
 
 
 def test_a_restarted_operator_resumes_from_the_labels_and_repeats_no_finished_node() -> None:

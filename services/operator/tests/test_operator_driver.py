@@ -61,8 +61,12 @@ class NodeWatcher:
         self.widest_in_flight = 0
         self.widest_unavailable = 0
         self.watch = watch.Watch()  # type: ignore[no-untyped-call]
+        self.synced = threading.Event()  # every GPU node seen: later changes all come as events
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
+        # A fast walk could otherwise finish before the watch's first list, and be missed whole.
+        if not self.synced.wait(60):
+            raise AssertionError("the node watcher did not list the GPU nodes within 60 s")
 
     def _run(self) -> None:
         # stop() closes the connection under the stream.
@@ -84,6 +88,8 @@ class NodeWatcher:
             )
             self.widest_in_flight = max(self.widest_in_flight, in_flight)
             self.widest_unavailable = max(self.widest_unavailable, unavailable)
+            if len(self.states) == len(GPU_NODES):
+                self.synced.set()
 
     def stop(self) -> None:
         self.watch.stop()

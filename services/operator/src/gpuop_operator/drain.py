@@ -31,6 +31,7 @@ class NodePod:
     deleting: bool = False
     uses_gpu: bool = False
     ours: bool = False  # a gpuop driver Job pod: never drained by the upgrade it belongs to
+    node: str = ""  # spec.nodeName
 
     @property
     def key(self) -> str:
@@ -63,6 +64,7 @@ def node_pod(obj: JsonObj) -> NodePod:
         deleting="deletionTimestamp" in meta,
         uses_gpu=uses_gpu,
         ours=labels.get(OWN_COMPONENT[0]) == OWN_COMPONENT[1],
+        node=str((obj.get("spec") or {}).get("nodeName", "")),
     )
 
 

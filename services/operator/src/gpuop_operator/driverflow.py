@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from gpuop_common.config.driver import DriverConfig
@@ -49,6 +49,8 @@ PAUSE_VALUE = f"{PAUSED_PREFIX}driver-upgrade"
 DEFAULT_VERSION = "default"  # label value when spec.driver.version is empty (the OS's default)
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0  # a refused eviction is tried again this soon
+# Steps that need nothing from outside the pass to begin (see `_Planner.walk`).
+_CHAINED = frozenset({UpgradeState.CORDONED, UpgradeState.DRAINING, UpgradeState.POD_RESTART})
 STEP_ANNOTATIONS = (SINCE, STARTED, ADMIN_CORDON, PAUSED, BOOT_ID)
 # The test runner's operator API (docs/test-runner.md): a request annotation, answered in JSON.
 TEST_REQUEST = "gpuop.dev/test-request"
@@ -72,7 +74,10 @@ class DriverNodeState:
 
 @dataclass
 class DriverPlan:
-    patches: list[NodePatch] = field(default_factory=list)
+    patches: list[NodePatch] = field(default_factory=list)  # at most one per node
+    # Patches of the nodes this pass starts: sent only once every patch above applied, so a
+    # finished node's slot is given to the next one only after that node really left the walk.
+    start_patches: list[NodePatch] = field(default_factory=list)
     create_jobs: list[tuple[str, Operation, str]] = field(default_factory=list)  # node, op, vendor
     delete_jobs: list[JobView] = field(default_factory=list)
     evict: list[NodePod] = field(default_factory=list)
@@ -81,6 +86,20 @@ class DriverPlan:
     states: dict[str, DriverNodeState] = field(default_factory=dict)
     wake_after: float | None = None  # seconds until a time-based step is due again
     finished: list[tuple[str, float]] = field(default_factory=list)  # (node, walk seconds) done now
+
+    def without(self, skipped: set[str]) -> DriverPlan:
+        """The Job, pod and Event writes of every node but `skipped` (whose patch did not apply:
+        their step runs again next pass, so its writes would come early or twice)."""
+        if not skipped:
+            return self
+        return replace(
+            self,
+            create_jobs=[j for j in self.create_jobs if j[0] not in skipped],
+            delete_jobs=[j for j in self.delete_jobs if j.node not in skipped],
+            evict=[p for p in self.evict if p.node not in skipped],
+            delete_pods=[p for p in self.delete_pods if p.node not in skipped],
+            events=[e for e in self.events if e.node not in skipped],
+        )
 
     def wake(self, seconds: float) -> None:
         self.wake_after = seconds if self.wake_after is None else min(self.wake_after, seconds)
@@ -155,6 +174,27 @@ class _Planner:
         self.now = now
         self.job_deadline_s = job_deadline_s
         self.plan = DriverPlan()
+        self._patches: dict[str, NodePatch] = {}  # by node, in the order first written
+
+    def finish(self, started: Sequence[str]) -> DriverPlan:
+        """The plan, with the started nodes' patches apart (see `DriverPlan.start_patches`)."""
+        for name, patch in self._patches.items():
+            (self.plan.start_patches if name in started else self.plan.patches).append(patch)
+        return self.plan
+
+    def after(self, node: NodeInfo) -> NodeInfo:
+        """`node` as this pass's patch leaves it, so a following step reads what it will be."""
+        patch = self._patches.get(node.name)
+        if patch is None:
+            return node
+        labels = {**node.labels, **patch.labels}
+        annotations = {**node.annotations, **patch.annotations}
+        return replace(
+            node,
+            labels={k: v for k, v in labels.items() if v is not None},
+            annotations={k: v for k, v in annotations.items() if v is not None},
+            unschedulable=node.unschedulable if patch.unschedulable is None else patch.unschedulable,
+        )
 
     # ---------------------------------------------------------------- helpers
     def _patch(
@@ -176,7 +216,13 @@ class _Planner:
         if unschedulable is not None and unschedulable == node.unschedulable:
             unschedulable = None
         if label_diff or annotation_diff or unschedulable is not None:
-            self.plan.patches.append(NodePatch(node.name, label_diff, annotation_diff, unschedulable))
+            earlier = self._patches.get(node.name)
+            if earlier is not None:  # a second step in the same pass: one patch, later values win
+                label_diff = {**earlier.labels, **label_diff}
+                annotation_diff = {**earlier.annotations, **annotation_diff}
+                if unschedulable is None:
+                    unschedulable = earlier.unschedulable
+            self._patches[node.name] = NodePatch(node.name, label_diff, annotation_diff, unschedulable)
         if event is not None:
             self.plan.events.append(NodeEvent(node.name, event[0], event[1], event[2]))
 
@@ -257,6 +303,21 @@ class _Planner:
             self._validate(node)
         else:
             raise ValueError(f"{state} is not a step in flight")
+
+    def walk(self, node: NodeInfo, state: UpgradeState, vendor: str) -> None:
+        """`step`, then each following step that can begin in this same pass, in the same patch:
+        cordon -> drain -> pause is one write, not three passes. A step that waits on something
+        outside this pass (pods to go, a Job, a reboot, the GPUs back) ends the walk; so does
+        draining a node whose pods this pass did not list (the reconciler lists them next pass)."""
+        while True:
+            self.step(node, state, vendor)
+            node_after = self.after(node)
+            following = parse_state(node_after.labels.get(STATE_LABEL))
+            if following is state or following not in _CHAINED:
+                return
+            if following is UpgradeState.DRAINING and node.name not in self.node_pods:
+                return
+            node, state = node_after, following
 
     def start(self, node: NodeInfo) -> None:
         """upgrade-required -> cordoned: remember an admin's cordon, then cordon."""
@@ -456,6 +517,19 @@ def _answer(text: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
+def _remediating(node: NodeInfo) -> bool:
+    return node.labels.get(REMEDIATION_STATE_LABEL) in REMEDIATION_ACTIVE
+
+
+def _view(node: NodeInfo) -> NodeView:
+    """A node in remediation is unavailable capacity and never starts an upgrade (nor the reverse:
+    remediation waits while a node is in flight here)."""
+    state = parse_state(node.labels.get(STATE_LABEL))
+    remediating = _remediating(node)
+    startable = None if remediating and state is UpgradeState.REQUIRED else state
+    return NodeView(node.name, startable, node.ready, node.unschedulable or remediating)
+
+
 def plan_driver(
     driver: DriverConfig,
     nodes: Sequence[NodeInfo],
@@ -490,17 +564,11 @@ def plan_driver(
         validation_timeout_s=validation_timeout_s,
         allocatable_expected=allocatable_expected,
     )
-    views: list[NodeView] = []
-    by_name = {node.name: node for node in nodes}
+    vendors: dict[str, str] = {}
     for node in sorted(nodes, key=lambda n: n.name):
         vendor = _vendor(node)
         raw = node.labels.get(STATE_LABEL)
         state = parse_state(raw)
-        remediating = node.labels.get(REMEDIATION_STATE_LABEL) in REMEDIATION_ACTIVE
-        # A node in remediation is unavailable capacity and never starts an upgrade (nor the reverse:
-        # remediation waits while a node is in flight here).
-        startable = state if not (remediating and state is UpgradeState.REQUIRED) else None
-        views.append(NodeView(node.name, startable, node.ready, node.unschedulable or remediating))
         if raw and state is None:
             planner._state(
                 node,
@@ -511,6 +579,7 @@ def plan_driver(
         if vendor is None:
             planner._state(node, "unknown-vendor", "the node has no single GPU vendor label (NFD PCI labels)")
             continue
+        vendors[node.name] = vendor
         version = node.labels.get(VERSION_LABEL)
         if state is None and not version:
             planner.install(node, vendor)
@@ -523,12 +592,18 @@ def plan_driver(
         elif state in (None, UpgradeState.DONE):
             planner._state(node, "installed" if state is None else UpgradeState.DONE.value)
         elif state is UpgradeState.REQUIRED:
-            wait = "the node's remediation to finish" if startable is None else "an upgrade slot"
+            wait = "the node's remediation to finish" if _remediating(node) else "an upgrade slot"
             planner._state(node, UpgradeState.REQUIRED.value, f"waiting for {wait}")
         elif state is UpgradeState.FAILED:
             planner._state(node, UpgradeState.FAILED.value, node.annotations.get(FAILURE, ""))
         else:
-            planner.step(node, state, vendor)
-    for name in plan_upgrades(views, planner.policy).start:
-        planner.start(by_name[name])
-    return planner.plan
+            planner.walk(node, state, vendor)
+    # The bounds are checked on the nodes as this pass leaves them: a node that finished just now
+    # frees its slot for the next one in the same pass (its patch is sent before any start's).
+    after = {node.name: planner.after(node) for node in nodes}
+    views = [_view(n) for n in sorted(after.values(), key=lambda n: n.name)]
+    started = plan_upgrades(views, planner.policy).start
+    for name in started:
+        planner.start(after[name])
+        planner.walk(planner.after(after[name]), UpgradeState.CORDONED, vendors[name])
+    return planner.finish(started)

@@ -417,8 +417,9 @@ class Reconciler:
         plan = plan_release(mine, why)
         if not plan.patches:
             return True
-        ok = self.driver_writer.send((), (), (), (), plan.events, grace=-1)
-        return self._apply(RolloutPlan(), extra=plan.patches) and ok
+        skipped = self._patch_nodes(plan.patches)
+        ok = self.driver_writer.send((), (), (), (), plan.without(skipped).events, grace=-1)
+        return ok and not skipped
 
     def _remediate(
         self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo]
@@ -461,6 +462,11 @@ class Reconciler:
             validation_timeout_s=float(spec.test_runner.timeout_seconds),
             allocatable_expected=spec.device_plugin.enable,
         )
+        # As in _drive: node patches first; a node's Jobs, evictions and Events only once its step is
+        # recorded (a taint patch refused for a stale resourceVersion runs again next pass).
+        skipped = self._patch_nodes(plan.patches)
+        ok &= not skipped
+        sent = plan.without(skipped)
         manifests = [
             build_job(
                 self.job_settings,
@@ -472,20 +478,19 @@ class Reconciler:
                 gpus=job.gpus,
                 run=job.run,
             )
-            for job in plan.create_jobs
+            for job in sent.create_jobs
         ]
         ok &= self.driver_writer.send(
             manifests,
-            plan.delete_jobs,
-            plan.evict,
+            sent.delete_jobs,
+            sent.evict,
             (),
-            plan.events,
+            sent.events,
             grace=config.node_drain_policy.grace_period_seconds,
         )
-        ok &= self._apply(RolloutPlan(), extra=plan.patches)
         if plan.patches or plan.create_jobs or plan.delete_jobs:
             self.dirty.set()  # as in _drive: the next step is often due at once
-        for _node, result in plan.finished:
+        for _node, result in sent.finished:
             self.metrics.remediation_runs.labels(result).inc()
         if plan.wake_after is not None:
             due = time.monotonic() + plan.wake_after
@@ -522,9 +527,17 @@ class Reconciler:
             validation_timeout_s=float(spec.test_runner.timeout_seconds),
             allocatable_expected=spec.device_plugin.enable,
         )
-        ok &= self.driver_writer.apply(plan, spec.driver)
-        ok &= self._apply(RolloutPlan(), extra=plan.patches)
-        if plan.patches or plan.create_jobs or plan.delete_jobs:
+        # Node patches first: a step's Job, evictions and Events follow only once its node records
+        # the step. A node starts only when every other patch applied, so a slot freed this pass
+        # is really free before it is handed on.
+        skipped = self._patch_nodes(plan.patches)
+        if skipped:
+            skipped |= {patch.node for patch in plan.start_patches}
+        else:
+            skipped = self._patch_nodes(plan.start_patches)
+        ok &= not skipped
+        ok &= self.driver_writer.apply(plan.without(skipped), spec.driver)
+        if plan.patches or plan.start_patches or plan.create_jobs or plan.delete_jobs:
             # A step's own writes come back as watch events the caches already hold, so they wake
             # nobody: the walk's next step (often due at once, e.g. cordoned -> draining) needs a pass.
             self.dirty.set()
@@ -571,6 +584,11 @@ class Reconciler:
             return True
         results = list(self._pool.map(self._patch_node, steps))
         return all(results)
+
+    def _patch_nodes(self, patches: Sequence[NodePatch]) -> set[str]:
+        """Send the patches; the nodes whose patch failed."""
+        results = list(self._pool.map(self._patch_node, patches))
+        return {patch.node for patch, applied in zip(patches, results, strict=True) if not applied}
 
     def _patch_node(self, patch: NodePatch) -> bool:
         if self.dry_run:

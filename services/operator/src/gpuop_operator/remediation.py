@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -148,6 +148,20 @@ class RemediationPlan:
     finished: list[tuple[str, str]] = field(default_factory=list)  # (node, result) of runs ended now
     wake_after: float | None = None
 
+    def without(self, skipped: set[str]) -> RemediationPlan:
+        """The Job, pod and Event writes of every node but `skipped`, whose patch did not apply
+        (its step runs again next pass; as `DriverPlan.without`)."""
+        if not skipped:
+            return self
+        return replace(
+            self,
+            create_jobs=[j for j in self.create_jobs if j.node not in skipped],
+            delete_jobs=[j for j in self.delete_jobs if j.node not in skipped],
+            evict=[p for p in self.evict if p.node not in skipped],
+            events=[e for e in self.events if e.node not in skipped],
+            finished=[f for f in self.finished if f[0] not in skipped],
+        )
+
     def wake(self, seconds: float) -> None:
         seconds = max(0.5, seconds)
         self.wake_after = seconds if self.wake_after is None else min(self.wake_after, seconds)
@@ -231,6 +245,13 @@ class _Planner:
         if taints is not None and tuple(taints) == node.taints:
             taints = None
         if label_diff or annotation_diff or unschedulable is not None or taints is not None:
+            earlier = next((p for p in self.plan.patches if p.node == node.name), None)
+            if earlier is not None:  # a second write in the same pass: one patch, later values win
+                self.plan.patches.remove(earlier)
+                label_diff = {**earlier.labels, **label_diff}
+                annotation_diff = {**earlier.annotations, **annotation_diff}
+                unschedulable = earlier.unschedulable if unschedulable is None else unschedulable
+                taints = earlier.taints if taints is None else taints
             self.plan.patches.append(
                 NodePatch(
                     node.name, label_diff, annotation_diff, unschedulable, taints, node.resource_version
