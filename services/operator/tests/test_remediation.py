@@ -91,7 +91,8 @@ class Walk:
             list(self.nodes.values()),
             self.jobs,
             reports=self.reports,
-            node_pods=self.pods,
+            # As the reconciler lists them: the pods of the nodes draining when the pass begins.
+            node_pods={n: self.pods.get(n, []) for n in self.nodes if self.state(n) == "draining"},
             now=self.now,
             **self.kwargs,
         )
@@ -137,36 +138,30 @@ def test_the_labeller_condition_names_the_gpus_and_other_conditions_count_when_l
 
 def test_a_full_run_taints_drains_resets_validates_and_gives_the_node_back() -> None:
     walk = Walk({}, gpu_node())
-    walk.step()
-    assert walk.state() == "detected"
-    walk.step()
+    walk.pods["n0"] = [NodePod("default", "work", "u1", "ReplicaSet", node="n0")]
+    plan = walk.step()
     node = walk.nodes["n0"]
-    assert walk.state() == "tainted" and node.unschedulable
+    # detected -> tainted -> draining need nothing from outside the pass: one patch.
+    assert walk.state() == "draining" and node.unschedulable and len(plan.patches) == 1
     assert {"key": "gpuop.dev/gpu-unhealthy", "value": "GPUHealthy", "effect": "NoSchedule"} in node.taints
-    assert walk.plans[-1].patches[0].resource_version == "7"  # a taint write is conditional
-    walk.pods["n0"] = [NodePod("default", "work", "u1", "ReplicaSet")]
-    walk.step()
+    assert plan.patches[0].resource_version == "7"  # a taint write is conditional
+    assert plan.evict == []  # the pods are listed once the node is draining
     plan = walk.step()
     assert walk.state() == "draining" and [p.name for p in plan.evict] == ["work"]
     walk.pods["n0"] = []
     plan = walk.step()
     assert walk.state() == "repairing"
     (created,) = plan.create_jobs
-    assert (created.operation, created.playbook, created.gpus) == (
-        "gpu-reset",
-        "gpu-reset",
-        ("0000:c1:00.0", "0000:c2:00.0"),
-    )
+    assert (created.operation, created.playbook) == ("gpu-reset", "gpu-reset")
+    assert created.gpus == ("0000:c1:00.0", "0000:c2:00.0")
     assert created.run == walk.nodes["n0"].annotations[STARTED]
     walk.step()
     assert walk.plans[-1].create_jobs == []  # the running Job is this run's
     walk.finish("gpu-reset", reboot_required="false")
     walk.heal()
-    walk.step()
-    assert walk.state() == "validating"
-    plan = walk.step()
+    plan = walk.step()  # validated in the same pass: nothing else to wait for
     node = walk.nodes["n0"]
-    assert walk.state() == "recovered" and not node.unschedulable
+    assert walk.state() == "recovered" and not node.unschedulable and len(plan.patches) == 1
     assert node.taints == ({"key": "other", "value": "x", "effect": "NoSchedule"},)  # only ours removed
     assert STARTED not in node.annotations and STEPS not in node.annotations
     (run,) = json.loads(node.annotations[HISTORY])
@@ -258,10 +253,10 @@ def test_without_auto_start_a_node_waits_for_the_approval_label_which_is_used_up
     walk.step()
     walk.step()
     assert walk.state() == "awaiting-approval" and not walk.nodes["n0"].unschedulable
-    assert walk.events().count("RemediationAwaitingApproval") == 1
+    assert walk.events() == ["RemediationDetected", "RemediationAwaitingApproval"]
     walk.nodes["n0"] = replace(walk.nodes["n0"], labels={**walk.nodes["n0"].labels, APPROVED_LABEL: "true"})
     walk.step()
-    assert walk.state() == "tainted" and APPROVED_LABEL not in walk.nodes["n0"].labels
+    assert walk.state() == "draining" and APPROVED_LABEL not in walk.nodes["n0"].labels
 
 
 def test_a_condition_that_clears_before_the_start_cancels_the_run() -> None:
@@ -276,8 +271,7 @@ def test_a_condition_that_clears_before_the_start_cancels_the_run() -> None:
 def test_max_parallel_counts_the_whole_cluster_and_starts_in_name_order() -> None:
     walk = Walk({"maxParallel": 2}, gpu_node("a"), gpu_node("b"), gpu_node("c"), active_elsewhere=1)
     walk.step()
-    walk.step()
-    assert [walk.state(n) for n in "abc"] == ["tainted", "detected", "detected"]
+    assert [walk.state(n) for n in "abc"] == ["draining", "detected", "detected"]
     assert "maxParallel 2" in walk.plans[-1].states["b"].message
 
 
@@ -287,12 +281,12 @@ def test_the_rate_limit_fails_the_node_tainted_with_an_event_saying_why() -> Non
     ]
     node = replace(gpu_node(), annotations={HISTORY: json.dumps(history)})
     walk = Walk({"rateLimit": {"maxRunsPerWindow": 1, "windowSeconds": 3600}}, node)
-    walk.step()
     plan = walk.step()
     node = walk.nodes["n0"]
     assert walk.state() == "failed" and node.unschedulable
     assert any(t["key"] == "gpuop.dev/gpu-unhealthy" for t in node.taints)
-    (event,) = plan.events
+    detected, event = plan.events
+    assert detected.reason == "RemediationDetected"
     assert event.reason == "RemediationRateLimited" and event.warning
     assert "1 remediation run(s) in the last 3600s" in event.message
     assert plan.finished == [("n0", "rate-limited")]
@@ -302,19 +296,15 @@ def test_the_rate_limit_fails_the_node_tainted_with_an_event_saying_why() -> Non
         replace(gpu_node(), annotations={HISTORY: json.dumps(history)}),
     )
     walk.step()
-    walk.step()
-    assert walk.state() == "tainted"
+    assert walk.state() == "draining"
 
 
 def test_an_older_runs_job_is_deleted_not_taken_for_this_runs() -> None:
     walk = Walk({}, gpu_node())
     walk.jobs[("n0", "gpu-reset")] = job("n0", "gpu-reset", "12345")  # succeeded, an old run
-    walk.step()
-    walk.step()
     plan = walk.step()  # tainted -> draining drops it
     assert [j.run for j in plan.delete_jobs] == ["12345"]
-    walk.step()
-    plan = walk.plans[-1]
+    plan = walk.step()
     assert walk.state() == "repairing" and [j.operation for j in plan.create_jobs] == ["gpu-reset"]
 
 
@@ -374,8 +364,7 @@ def test_turning_remediation_off_gives_back_every_node_a_run_marked() -> None:
     walk = Walk({"maxParallel": 0}, gpu_node("a"), gpu_node("b"), gpu_node("c", healthy=True))
     walk.nodes["a"] = replace(walk.nodes["a"], unschedulable=True)  # an admin's cordon
     walk.step()
-    walk.step()
-    assert walk.state("a") == "tainted" and walk.state("b") == "tainted"
+    assert walk.state("a") == "draining" and walk.state("b") == "draining"
     plan = plan_release(list(walk.nodes.values()), "remediation.enable is false")
     for patch in plan.patches:
         walk.nodes[patch.node] = apply(walk.nodes[patch.node], patch)

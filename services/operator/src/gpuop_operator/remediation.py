@@ -268,6 +268,21 @@ class _Planner:
             shown = []
         self.plan.states[node.name] = NodeRemediation(state, message, tuple(shown))
 
+    def after(self, node: NodeInfo) -> NodeInfo:
+        """`node` as this pass's patch leaves it, so a step that can follow at once reads it."""
+        patch = next((p for p in self.plan.patches if p.node == node.name), None)
+        if patch is None:
+            return node
+        labels = {**node.labels, **patch.labels}
+        annotations = {**node.annotations, **patch.annotations}
+        return replace(
+            node,
+            labels={k: v for k, v in labels.items() if v is not None},
+            annotations={k: v for k, v in annotations.items() if v is not None},
+            unschedulable=node.unschedulable if patch.unschedulable is None else patch.unschedulable,
+            taints=node.taints if patch.taints is None else patch.taints,
+        )
+
     def _since(self, node: NodeInfo) -> float:
         return _float(node.annotations.get(SINCE))
 
@@ -504,6 +519,9 @@ class _Planner:
             self._validate(node)
 
     def _drain(self, node: NodeInfo, vendor: str) -> None:
+        if node.name not in self.node_pods:  # not listed: it entered draining in this very pass
+            self._state(node, State.DRAINING.value, "listing the node's pods")
+            return
         policy = self.config.node_drain_policy
         step = plan_drain(
             self.node_pods.get(node.name, ()),
@@ -623,6 +641,7 @@ class _Planner:
             event=("RemediationValidating", "repaired; validating the GPUs"),
         )
         self._state(node, State.VALIDATING.value)
+        self._validate(self.after(node))  # often done at once: one patch for both steps
 
     def _validate(self, node: NodeInfo) -> None:
         budget = VALIDATE_TIMEOUT_S + (self.validation_timeout_s if self.recipe else 0.0)
@@ -756,6 +775,12 @@ def plan_remediation(
         vendor = _vendor(node)
         if state in (None, State.RECOVERED):
             planner.idle(node, state)
+            # Detected just now: whether it may start is known in this same pass.
+            moved = planner.after(node)
+            if parse_state(moved.labels.get(STATE_LABEL)) is State.DETECTED and planner.waiting(
+                moved, State.DETECTED
+            ):
+                ready_to_start.append(moved)
         elif state in (State.DETECTED, State.AWAITING_APPROVAL):
             if planner.waiting(node, state):
                 ready_to_start.append(node)
@@ -776,4 +801,7 @@ def plan_remediation(
             continue
         planner.start(node)
         active += 1
+        vendor = _vendor(node)
+        if vendor is not None:  # tainted -> draining in the same patch; the drain lists pods next pass
+            planner.step(planner.after(node), State.TAINTED, vendor)
     return planner.plan
