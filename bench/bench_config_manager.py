@@ -2,23 +2,27 @@
 
 In-process agent against the simulated API server. "Agent time" is label-to-success minus the time
 spent inside the simulated hardware (the amdgpu driver's re-lay of KFD/DRM files, the fake NVML's
-state writes), so it is what the config manager itself costs; the poll interval is excluded (the
+state writes, the host-command fakes of the amdgpu reload an NPS change needs), so it is what the
+config manager itself costs; the poll interval is excluded (the
 pass starts at once after the label change). Writes count every non-read API call of one apply
 (node patches, Events); steady state is ten more passes with nothing to do.
 """
 
 from __future__ import annotations
 
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from gpuop_common.config.config_manager import ConfigManagerConfig
-from gpuop_common.gpu import AmdSysfsBackend, NvmlBackend
+from gpuop_common.gpu import AmdSysfsBackend, GpuBackend, NvmlBackend
+from gpuop_common.gpu.amd_reload import DriverReloader, host_exec_argv
 from gpuop_config_manager.agent import ConfigManagerAgent
 from gpuop_config_manager.gpus import NodeGpus
 from gpuop_config_manager.kubeio import NodeClient
+from gpuop_sim import hostfakes
 from gpuop_sim.apiserver import SimApiServer
 from gpuop_sim.nodes import amd_driver, build_node_root
 from gpuop_sim.nodes.fake_nvml import FakeNvml
@@ -44,10 +48,13 @@ class _Timed:
         self.call = call
         self.seconds = 0.0
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.time(self.call, *args, **kwargs)
+
+    def time(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return self.call(*args)
+            return call(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
 
@@ -100,7 +107,15 @@ def run() -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-config-manager-") as tmp:
         info = build_node_root("amd-mi300x-spx", Path(tmp) / "amd")
         driver = _Timed(amd_driver.write_attr)
-        amd = NodeGpus([AmdSysfsBackend(info.root, writer=driver)])
+
+        def backends() -> list[GpuBackend]:
+            return [AmdSysfsBackend(info.root, writer=driver)]
+
+        # NPS changes take effect at a reload of amdgpu: the host-command fakes' modprobe (a
+        # process per command) counts as simulated hardware too.
+        host_exec = tuple(host_exec_argv(hostfakes.host_exec_for(info.root), str(info.root)))
+        reloader = DriverReloader(host_exec, run=lambda *a, **k: driver.time(subprocess.run, *a, **k))
+        amd = NodeGpus(backends(), reopen=backends, reloader=reloader)
 
         def amd_body(server: SimApiServer, api: Any) -> list[dict[str, float]]:
             label = "gpuop.dev/gpu-config-profile"

@@ -2,12 +2,15 @@
 
 The CPX root is the largest real topology (8 GPUs, 63 KFD partition nodes); `labels_for` is the pure
 part, "read + compute" adds the backend's sysfs walk a labelling pass does. Steady state runs an hour
-of 60 s resyncs against the simulated API server with nothing changing; the only write allowed is
-the first one.
+of 60 s resyncs against the simulated API server with nothing changing; the only writes allowed are
+the first pass's (labels, and the `GPUHealthy` condition through nodes/status). Then a RAS fault and
+its reset: the pass that turns `GPUHealthy` False, and the writes a fault and its recovery cost.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import statistics
 import tempfile
 import time
@@ -18,8 +21,9 @@ from typing import Any
 from gpuop_common.gpu import AmdSysfsBackend
 from gpuop_node_labeller import LabelOptions, labels_for
 from gpuop_node_labeller.agent import NodeLabeller
+from gpuop_sim import hostfakes
 from gpuop_sim.apiserver import SimApiServer
-from gpuop_sim.nodes import build_node_root
+from gpuop_sim.nodes import break_gpu, build_node_root
 from kubernetes import client, config
 
 RUNS = 21
@@ -37,8 +41,14 @@ def _median_ms(call: Callable[[], object], runs: int) -> float:
     return statistics.median(samples)
 
 
-def _steady_state(root: Path, tmp: Path) -> tuple[int, int, float]:
-    """(PATCHes of the first pass, PATCHes over an hour of passes, ms per steady pass)."""
+def _patches(server: SimApiServer) -> int:
+    """PATCHes of Node objects and of their status (the stats count both under `nodes`)."""
+    return server.stats().get(("patch", "nodes"), 0)
+
+
+def _steady_state(root: Path, tmp: Path) -> tuple[int, int, float, float, int]:
+    """(PATCHes of the first pass, PATCHes over an hour of passes, ms per steady pass,
+    ms of the pass that publishes a fault, PATCHes for a fault and its recovery)."""
     with SimApiServer() as server:
         kubeconfig = server.write_kubeconfig(tmp / "kubeconfig")
         configuration = client.Configuration()
@@ -47,14 +57,26 @@ def _steady_state(root: Path, tmp: Path) -> tuple[int, int, float]:
             client.CoreV1Api(api).create_node(client.V1Node(metadata=client.V1ObjectMeta(name="bench-node")))
             labeller = NodeLabeller(host_root=root, node_name="bench-node", api=api, options=LabelOptions)
             labeller.run_once()
-            first = server.stats().get(("patch", "nodes"), 0)
+            first = _patches(server)
             start = time.perf_counter()
             for _ in range(PASSES_PER_HOUR):
                 labeller.run_once()
             per_pass = (time.perf_counter() - start) * 1000.0 / PASSES_PER_HOUR
-            steady = server.stats().get(("patch", "nodes"), 0) - first
+            steady = _patches(server) - first
+            gpu = sorted(p.name for p in (root / "sys/bus/pci/devices").iterdir())[0]
+            before_fault = _patches(server)
+            break_gpu(root, gpu, "ras")
+            start = time.perf_counter()
+            result = labeller.run_once()
+            fault_ms = (time.perf_counter() - start) * 1000.0
+            assert result.condition is not None and result.condition.status == "False", result.condition
+            with contextlib.redirect_stdout(io.StringIO()):
+                hostfakes.main(["--root", str(root), "amd-smi", "reset", "-G", "-g", gpu])
+            for _ in range(3):  # recovery, then nothing more to write
+                labeller.run_once()
+            fault_writes = _patches(server) - before_fault
             labeller.close()
-    return first, steady, per_pass
+    return first, steady, per_pass, fault_ms, fault_writes
 
 
 def run(runs: int = RUNS) -> list[dict[str, Any]]:
@@ -66,7 +88,7 @@ def run(runs: int = RUNS) -> list[dict[str, Any]]:
         count = len(labels_for(gpus, options))
         compute_ms = _median_ms(lambda: labels_for(gpus, options), runs)
         pass_ms = _median_ms(lambda: labels_for(backend.enumerate(), options), runs)
-        first, steady, steady_ms = _steady_state(info.root, Path(tmp))
+        first, steady, steady_ms, fault_ms, fault_writes = _steady_state(info.root, Path(tmp))
     return [
         {
             "name": "node-labeller labels_for() MI300X CPX",
@@ -87,13 +109,27 @@ def run(runs: int = RUNS) -> list[dict[str, Any]]:
             "value": steady,  # the passes span one hour of resyncs
             "unit": "PATCH/hour",
             "target": "0",
-            "notes": f"{PASSES_PER_HOUR} resyncs, {INTERVAL_S} s apart, after a first pass that sent {first}",
+            "notes": f"{PASSES_PER_HOUR} resyncs, {INTERVAL_S} s apart, after a first pass that sent {first} "
+            "(labels + GPUHealthy)",
         },
         {
             "name": "node-labeller steady-state pass against the API server",
             "value": steady_ms,
             "unit": "ms",
-            "notes": "enumerate + labels_for + GET node + diff, no write; simulated API server on loopback",
+            "notes": "enumerate + labels_for + health() + GET node + diff, no write; sim API server",
+        },
+        {
+            "name": "node-labeller RAS fault to GPUHealthy=False",
+            "value": fault_ms,
+            "unit": "ms",
+            "notes": "the pass after the fault (health + nodes/status PATCH); cluster: + up to one resync",
+        },
+        {
+            "name": "node-labeller API writes per GPU fault and reset",
+            "value": fault_writes,
+            "unit": "PATCH",
+            "target": "2",
+            "notes": "GPUHealthy False, then True after amd-smi reset; 3 more passes write nothing",
         },
     ]
 

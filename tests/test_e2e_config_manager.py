@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuop_sim import helm
+from gpuop_sim import helm, hostfakes
 from gpuop_sim.cluster import SimCluster
 from gpuop_sim.workloads.kubeapi import NODES
 
@@ -59,6 +59,8 @@ def test_profile_label_gives_64_partitions_in_allocatable_and_labels() -> None:
                 "intervalSeconds=1",
                 "config.pausedOperands={device-plugin,node-labeller}",
                 "config.quiesceTimeoutSeconds=120",
+                # The NPS4 half takes effect at a driver reload: modprobe goes to the node's fakes.
+                f"hostExec={hostfakes.host_exec_for(Path('{host_root}'))}",
             ],
         )
         for agent in AGENTS:
@@ -83,5 +85,9 @@ def test_profile_label_gives_64_partitions_in_allocatable_and_labels() -> None:
         )
         events = core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={node}").items
         reasons = [e.reason for e in events if e.source and e.source.component == "gpuop-config-manager"]
-        assert {"ConfigPending", "Quiescing", "ApplyingConfig", "ConfigApplied"} <= set(reasons)
+        expected = {"ConfigPending", "Quiescing", "ApplyingConfig", "ReloadingDriver", "ConfigApplied"}
+        assert expected <= set(reasons)
+        # CPX at once, NPS4 at one reload of amdgpu, run on the node's host through hostExec.
+        root = cluster.nodes[0].root
+        assert hostfakes.recorded(root) == [["modprobe", "-r", "amdgpu"], ["modprobe", "amdgpu"]]
         api.close()

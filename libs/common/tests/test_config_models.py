@@ -254,7 +254,7 @@ def test_partition_rules() -> None:
     PartitionProfile.model_validate(
         {"name": "p", "amd": {"computePartition": "QPX", "memoryPartition": "NPS4"}}
     )
-    assert any("set amd, nvidia or both" in e for e in _errors(PartitionProfile, {"name": "p"}))
+    assert any("set amd, amdModels, nvidia" in e for e in _errors(PartitionProfile, {"name": "p"}))
     assert any(
         "migEnabled is false" in e
         for e in _errors(PartitionProfile, {"name": "p", "nvidia": [{"migDevices": {"1g.10gb": 7}}]})

@@ -135,11 +135,23 @@ def test_pair_the_driver_refuses_is_rejected_before_any_write(gpu_node_root):
     with pytest.raises(PartitionRefusedError, match="DPX is refused with memory partition NPS4"):
         backend.set_partition_mode(gpu.id, "DPX")
     assert backend.get_partition_mode(gpu.id).compute == "CPX"
-    # SPX/NPS1 from CPX/NPS4: NPS1 is written first, then SPX (SPX is refused under NPS4).
+    # SPX/NPS1 from CPX/NPS4: NPS1 is written first, then SPX (SPX is refused under NPS4). A driver
+    # that keeps NPS1 as a request (the file still reads NPS4) gets SPX only after its reload.
     written: list[tuple[str, str]] = []
     recording = AmdSysfsBackend(info.root, writer=lambda path, value: written.append((path.name, value)))
-    recording.set_partition_mode(gpu.id, "spx_nps1")
+    state = recording.set_partition_mode(gpu.id, "spx_nps1")
+    assert written == [("current_memory_partition", "NPS1")]
+    assert (state.compute, state.memory, state.pending_memory) == ("CPX", "NPS4", "NPS1")
+
+    # One that puts it in force at once (the file reads NPS1 after the write) gets both now.
+    def applying(path, value):
+        written.append((path.name, value))
+        path.write_text(value + "\n")
+
+    written.clear()
+    state = AmdSysfsBackend(info.root, writer=applying).set_partition_mode(gpu.id, "spx_nps1")
     assert written == [("current_memory_partition", "NPS1"), ("current_compute_partition", "SPX")]
+    assert state.pending_memory is None
 
 
 def test_driver_errno_becomes_a_write_error_naming_it(gpu_node_root):

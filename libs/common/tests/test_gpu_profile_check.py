@@ -103,3 +103,57 @@ def test_profile_for_the_other_vendor_is_refused(h100):
     gpus, _ = h100
     plan = plan_profile(_profile(amd={"computePartition": "CPX", "memoryPartition": "NPS4"}), gpus)
     assert plan.reasons == ("profile p has no layout for the GPUs on this node (0 AMD, 8 NVIDIA)",)
+
+
+def test_a_gpu_takes_the_first_amd_models_entry_naming_its_model_then_amd(mi300x_spx):
+    gpus, xcc = mi300x_spx  # 8x "AMD Instinct MI300X", PCI device 0x74a1
+    per_model = _profile(
+        amdModels=[
+            {"models": ["MI250X"], "computePartition": "DPX"},  # another model: no GPU here
+            {"models": ["0x74A1"], "computePartition": "CPX", "memoryPartition": "NPS4", "skippedGpus": [0]},
+            {"models": ["MI300X"], "computePartition": "QPX"},  # later entries lose
+        ],
+        amd={"computePartition": "SPX"},
+    )
+    plan = plan_profile(per_model, gpus, xcc)
+    assert plan.valid and [t.index for t in plan.targets] == [1, 2, 3, 4, 5, 6, 7]
+    assert {t.describe for t in plan.targets} == {"CPX/NPS4"}  # GPU 0 skipped by its entry, not `amd`
+    by_name = _profile(amdModels=[{"models": ["mi300x"], "computePartition": "QPX"}])
+    assert {t.describe for t in plan_profile(by_name, gpus, xcc).targets} == {"QPX/NPS1"}
+    # A profile whose models are all elsewhere has nothing for this node: refused, as for a vendor.
+    elsewhere = _profile(amdModels=[{"models": ["MI300"], "computePartition": "CPX"}])  # not MI300X
+    assert plan_profile(elsewhere, gpus, xcc).reasons == (
+        "profile p has no layout for the GPUs on this node (8 AMD, 0 NVIDIA)",
+    )
+    bad = _profile(amdModels=[{"models": ["MI300X"], "computePartition": "TPX", "skippedGpus": [9]}])
+    reasons = " ".join(plan_profile(bad, gpus, xcc).reasons)
+    assert "amdModels[0].skippedGpus: GPU index 9 does not exist" in reasons
+    assert "compute partition TPX is not available" in reasons
+
+
+def test_nvidia_groups_can_be_limited_to_models(h100):
+    gpus, _ = h100  # 8x "NVIDIA H100 80GB HBM3"
+    h100_only = _profile(
+        nvidia=[
+            {"models": ["A100"], "migEnabled": True, "migDevices": {"1g.10gb": 7}},  # no A100 here
+            {"models": ["H100 80GB"], "migEnabled": False},
+        ]
+    )
+    plan = plan_profile(h100_only, gpus)
+    assert plan.valid and len(plan.targets) == 8 and {t.describe for t in plan.targets} == {"MIG off"}
+    named = _profile(nvidia=[{"devices": [2], "models": ["A100"], "migEnabled": False}])
+    assert any("GPU index 2 is a NVIDIA H100 80GB HBM3, not one of models A100" in r
+               for r in plan_profile(named, gpus).reasons)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"amdModels": [{"models": [], "computePartition": "CPX"}]}, "models"),  # an entry for no model
+        ({"amdModels": [{"models": ["MI300X; rm"], "computePartition": "CPX"}]}, "models"),
+        ({"nvidia": [{"models": [""], "migEnabled": False}]}, "models"),
+    ],
+)
+def test_bad_model_filters_are_refused_naming_the_field(body, field):
+    with pytest.raises(ValueError, match=field):
+        _profile(**body)

@@ -18,6 +18,7 @@ from gpuop_sim.demo import (
     PodCell,
     Tone,
     node_rows,
+    partition_due,
     pod_cell,
     pods_cell,
     self_check_due,
@@ -203,11 +204,11 @@ def gpu_node(
     return {"metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}}}
 
 
-def runner_pod(node: str, *, ready: bool) -> dict[str, Any]:
+def runner_pod(node: str, *, ready: bool, service: str = "test-runner") -> dict[str, Any]:
     return {
         "metadata": {
-            "name": f"gpuop-test-runner-{node}",
-            "labels": {"app.kubernetes.io/name": "test-runner"},
+            "name": f"gpuop-{service}-{node}",
+            "labels": {"app.kubernetes.io/name": service},
         },
         "spec": {"nodeName": node},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]},
@@ -234,6 +235,36 @@ def test_the_self_check_is_requested_once_per_node_whose_test_runner_is_ready() 
     assert [self_check_of(n) for n in nodes] == ["-", "-", "-", "requested", "failed", "-"]
     (row,) = node_rows([], [nodes[4]], [])
     assert row.self_check == "failed"
+
+
+def test_the_mi300x_spx_node_is_labelled_for_cpx_once_its_config_manager_is_ready() -> None:
+    def sim(name: str, profile: str) -> SimNode:
+        return SimNode(name, profile, "amd", 8, Path("/x"), "127.0.0.1")
+
+    sims = [sim("spx", "amd-mi300x-spx"), sim("spx-starting", "amd-mi300x-spx"), sim("cpx", "amd-mi300x-cpx")]
+    sims.append(sim("spx-labelled", "amd-mi300x-spx"))
+    nodes = [
+        gpu_node("spx"),
+        gpu_node("spx-starting"),  # its config manager is not Ready yet
+        gpu_node("cpx"),  # another profile: left alone
+        gpu_node(
+            "spx-labelled",
+            labels={
+                "gpuop.dev/gpu-config-profile": "cpx-nps4",
+                "gpuop.dev/gpu-config-state": "success",
+                "amd.com/gpu.compute-memory-partition": "cpx_nps4",
+            },
+        ),
+    ]
+    pods = [
+        runner_pod("spx", ready=True, service="config-manager"),
+        runner_pod("spx-starting", ready=False, service="config-manager"),
+        runner_pod("cpx", ready=True, service="config-manager"),
+        runner_pod("spx-labelled", ready=True, service="config-manager"),
+    ]
+    assert partition_due(sims, nodes, pods) == ["spx"]
+    rows = node_rows(sims, nodes, pods)
+    assert {r.node: r.partition for r in rows if r.partition != "-"} == {"spx-labelled": "cpx_nps4 success"}
 
 
 CHART_YAML = "apiVersion: v2\nname: gpu-operator\nversion: 0.1.0\n"
@@ -348,18 +379,27 @@ def test_piped_demo_prints_the_table_while_it_runs_without_escape_codes(tmp_path
 def test_no_driver_values_keep_the_umbrella_deviceconfigs_and_turn_the_driver_on(tmp_path: Path) -> None:
     import yaml
     from gpuop_sim.binaries import repo_root
-    from gpuop_sim.demo import driver_values
+    from gpuop_sim.demo import device_config_values, host_command_values
 
     chart = repo_root() / "charts" / "gpu-operator"
-    written = yaml.safe_load(driver_values(chart, tmp_path / "v.yaml").read_text())
+    out = device_config_values(chart, tmp_path / "v.yaml", driver=True, partitions=True)
+    written = yaml.safe_load(out.read_text())
     defaults = yaml.safe_load((chart / "values.yaml").read_text())["deviceConfigs"]
     assert [c["name"] for c in written["deviceConfigs"]] == [c["name"] for c in defaults]
     for config, default in zip(written["deviceConfigs"], defaults, strict=True):
         assert config["spec"]["selector"] == default["spec"]["selector"]
         assert config["spec"]["driver"]["enable"] is True and config["spec"]["driver"]["version"]
-    assert "gpuop_sim.hostfakes --root {host_root}" in written["operator"]["driverJobs"]["hostExec"]
-    # The umbrella accepts them (its schema and the operator's).
+        manager = config["spec"].get("configManager")  # AMD only: the demo's CPX/NPS4 profile
+        assert (manager or {}).get("enable", False) is (default["spec"]["vendor"] == "amd")
+    hosts = yaml.safe_load(host_command_values(tmp_path / "h.yaml").read_text())
+    for where in (hosts["operator"]["driverJobs"], hosts["config-manager"]):
+        assert "gpuop_sim.hostfakes --root {host_root}" in where["hostExec"]
+    # The umbrella accepts them (its schema and the operator's), and passes them on.
     from gpuop_sim import helm
 
     helm.dependency_build(chart)  # a fresh clone has no charts/ yet
-    helm.template(chart, values_files=[tmp_path / "v.yaml"])
+    docs = helm.template(chart, values_files=[tmp_path / "v.yaml", tmp_path / "h.yaml"])
+    daemonsets = [d for d in docs if d["kind"] == "DaemonSet"]
+    manager = next(d for d in daemonsets if d["metadata"]["name"].endswith("config-manager"))
+    args = manager["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert any(a.startswith("--host-exec=") and "gpuop_sim.hostfakes" in a for a in args)

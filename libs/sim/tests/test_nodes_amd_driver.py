@@ -7,6 +7,7 @@ import errno
 import pytest
 from gpuop_common.gpu import AmdSysfsBackend, PartitionWriteError
 from gpuop_common.gpu.amd_topology import KFD_TOPOLOGY, read_topology
+from gpuop_sim import drivertree, hostfakes
 from gpuop_sim.nodes import amd_driver, hold_open
 from gpuop_sim.nodes.faults import amd_device_dir
 
@@ -53,18 +54,70 @@ def test_spx_to_cpx_and_back_relays_kfd_drm_and_bumps_generation(gpu_node_root):
     assert len(list((info.root / "dev/dri").glob("renderD*"))) == 8
 
 
-def test_cpx_nps4_capture_to_spx_nps1(gpu_node_root):
+def _reload(info) -> None:
+    for args in (["-r", "amdgpu"], ["amdgpu"]):
+        assert hostfakes.modprobe(info.root, args) == 0
+
+
+def test_cpx_nps4_capture_to_spx_nps1_takes_the_memory_partition_at_the_driver_reload(gpu_node_root):
     info = gpu_node_root("amd-mi300x-cpx")
     backend = _backend(info)
     gpu = backend.enumerate()[0]
+    generation = _generation(info)
+    # NPS1 first (SPX is refused while NPS4 is in force): the driver takes it as a request.
     state = backend.set_partition_mode(gpu.id, "spx_nps1")
-    assert (state.compute, state.memory) == ("SPX", "NPS1")
+    assert (state.compute, state.memory, state.pending_memory) == ("CPX", "NPS4", "NPS1")
+    assert amd_driver.SimAmdDriver(info.root).pending_memory() == {gpu.pci_address: "NPS1"}
+    assert _generation(info) == generation  # nothing re-laid yet
+    _reload(info)
+    backend = _backend(info)
+    assert backend.get_partition_mode(gpu.id).memory == "NPS1" and _generation(info) > generation
+    assert amd_driver.SimAmdDriver(info.root).pending_memory() == {}
+    state = backend.set_partition_mode(gpu.id, "spx_nps1")  # now SPX is accepted
+    assert (state.compute, state.memory, state.pending_memory) == ("SPX", "NPS1", None)
     gpus = backend.enumerate()
     assert gpus[0].partitions == () and gpus[0].compute_units == 304
     # The other GPUs keep their CPX partitions (the capture's last GPU has 7, the box has 8 XCCs each).
     assert [len(g.partitions) for g in gpus[1:]] == [8] * 7
-    assert backend.set_partition_mode(gpu.id, "cpx_nps4").key == "cpx_nps4"
+    state = backend.set_partition_mode(gpu.id, "cpx_nps4")  # CPX at once, NPS4 at the next reload
+    assert (state.key, state.pending_memory) == ("cpx_nps1", "NPS4")
     assert len(backend.enumerate()[0].partitions) == 8
+    _reload(info)
+    assert _backend(info).get_partition_mode(gpu.id).key == "cpx_nps4"
+
+
+def test_writing_the_memory_partition_in_force_cancels_the_request(gpu_node_root):
+    info = gpu_node_root("amd-mi300x-cpx")
+    device = amd_device_dir(info.root, "0000:05:00.0")
+    amd_driver.write_attr(device / "current_memory_partition", "NPS1")
+    assert amd_driver.SimAmdDriver(info.root).pending_memory() == {"0000:05:00.0": "NPS1"}
+    amd_driver.write_attr(device / "current_memory_partition", "nps4")
+    assert amd_driver.SimAmdDriver(info.root).pending_memory() == {}
+    _reload(info)
+    assert (device / "current_memory_partition").read_text().strip() == "NPS4"
+
+
+def test_a_pending_memory_partition_comes_into_force_at_boot_too(gpu_node_root):
+    info = gpu_node_root("amd-mi300x-cpx")
+    device = amd_device_dir(info.root, "0000:05:00.0")
+    amd_driver.write_attr(device / "current_memory_partition", "NPS1")
+    hostfakes.boot(info.root)
+    assert (device / "current_memory_partition").read_text().strip() == "NPS1"
+
+
+def test_unloading_the_driver_while_a_device_node_is_open_is_refused(gpu_node_root, capsys):
+    info = gpu_node_root("amd-mi300x-cpx")
+    with hold_open(info.root, "/dev/kfd"):
+        assert hostfakes.modprobe(info.root, ["-r", "amdgpu"]) == 1
+        assert "Module amdgpu is in use" in capsys.readouterr().err
+        assert drivertree.is_loaded(info.root, "amdgpu")
+    assert hostfakes.modprobe(info.root, ["-r", "amdgpu"]) == 0
+    assert not drivertree.is_loaded(info.root, "amdgpu")
+    assert not (info.root / KFD_TOPOLOGY).exists()  # the GPUs' driver files are gone until the load
+
+
+def test_the_fakes_name_the_driver_state_file_of_the_driver():
+    assert hostfakes.AMD_DRIVER_STATE == amd_driver.DRIVER_STATE
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 from gpuop_common.config.config_manager import ConfigManagerConfig
+from gpuop_common.gpu.amd_reload import DriverReloader, host_exec_argv
 from gpuop_config_manager.agent import ConfigManagerAgent
 from gpuop_config_manager.gpus import NodeGpus
 from gpuop_config_manager.kubeio import NodeClient
 from gpuop_config_manager.labels import STATE_LABEL
+from gpuop_sim import hostfakes
 from gpuop_sim.nodes import NodeRootInfo
 from kubernetes import client
 
@@ -82,9 +84,16 @@ class Harness:
     def restart(self) -> None:
         """A new agent process: fresh backends and client (the old ones are dropped)."""
         self.gpus.close()
-        self.gpus = NodeGpus.open(self.info.root)
+        self.gpus = node_gpus(self.info)
         self.made.append(self.gpus)
         self.kube = RecordingClient(self.api, NODE)
+
+
+def node_gpus(info: NodeRootInfo) -> NodeGpus:
+    """The node's GPUs as the service opens them, its driver reloads sent to the host-command fakes
+    (`modprobe` there unloads and loads the simulated driver)."""
+    reloader = DriverReloader(tuple(host_exec_argv(hostfakes.host_exec_for(info.root), str(info.root))))
+    return NodeGpus.open(info.root, reloader=reloader)
 
 
 @pytest.fixture
@@ -100,9 +109,7 @@ def harness(
         body = client.V1Node(metadata=client.V1ObjectMeta(name=NODE, labels={**DEPLOY, **(labels or {})}))
         client.CoreV1Api(kube_api_client).create_node(body)
         cfg = ConfigManagerConfig.model_validate({"profiles": PROFILES, **config})
-        harness = Harness(
-            info, kube_api_client, cfg, RecordingClient(kube_api_client, NODE), NodeGpus.open(info.root)
-        )
+        harness = Harness(info, kube_api_client, cfg, RecordingClient(kube_api_client, NODE), node_gpus(info))
         made.append(harness)
         return harness
 

@@ -16,6 +16,7 @@ from gpuop_config_manager.labels import (
     profile_digest,
 )
 from gpuop_config_manager.progress import Progress
+from gpuop_sim import hostfakes
 from gpuop_sim.nodes import hold_open
 from kubernetes import client
 
@@ -51,7 +52,9 @@ def test_spx_to_cpx_nps4_goes_through_every_state_and_restores_the_operands(harn
     assert node.labels[STATE_LABEL] == "success" and node.labels[AMD_STATE_LABEL] == "success"
     assert PROGRESS_ANNOTATION not in (node.annotations or {})
     assert _modes(h.info) == {("CPX", "NPS4")} and _partitions(h.info) == 64
-    assert h.events() == ["ConfigPending", "Quiescing", "ApplyingConfig", "ConfigApplied"]
+    assert h.events() == ["ConfigPending", "Quiescing", "ApplyingConfig", "ReloadingDriver", "ConfigApplied"]
+    # CPX went in at once; NPS4 was a request the driver took at its reload, done once for all GPUs.
+    assert hostfakes.recorded(h.info.root) == [["modprobe", "-r", "amdgpu"], ["modprobe", "amdgpu"]]
     # Steady state: nothing written on the next passes.
     writes = h.kube.writes
     for _ in range(2):
@@ -225,3 +228,69 @@ def test_restart_after_the_label_changed_rolls_the_pause_back(harness):
     assert node.labels[DP] == "true" and PROGRESS_ANNOTATION not in node.annotations
     assert "ConfigRolledBack" in h.events()
     assert json.loads(node.annotations["gpuop.dev/gpu-config-result"])["profile"] == "spx-nps1"
+
+
+def test_a_failing_driver_reload_is_failed_with_its_stderr_and_operands_restored(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
+    hostfakes.fail(h.info.root, "modprobe", "modprobe: FATAL: Module amdgpu is in use.")
+    outcome = h.agent().run_once()
+    assert outcome.state is State.FAILED
+    reason = h.node().annotations[REASON_ANNOTATION]
+    assert "`modprobe -r amdgpu` failed (exit 1): modprobe: FATAL: Module amdgpu is in use." in reason
+    node = h.node()
+    assert {k: node.labels[k] for k in DEPLOY} == DEPLOY and PROGRESS_ANNOTATION not in node.annotations
+    assert h.events()[-2:] == ["ReloadingDriver", "ConfigFailed"]
+    # Usable: the driver is still loaded, the GPUs readable (CPX went in; NPS4 still only requested).
+    assert _modes(h.info) == {("CPX", "NPS1")}
+
+
+def test_with_driver_reload_off_a_memory_change_fails_saying_so(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
+    h.gpus.reloader = None  # --no-driver-reload
+    outcome = h.agent().run_once()
+    assert outcome.state is State.FAILED
+    assert "takes effect at a driver reload, and reloading the driver is off" in outcome.reason
+    assert hostfakes.recorded(h.info.root) == []
+    # A compute-only change needs no reload and still applies.
+    h.label(**{PROFILE: "cpx-nps1"})
+    assert h.agent().run_once().state is State.SUCCESS
+
+
+def test_restart_in_the_middle_of_a_reload_loads_the_driver_and_finishes(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
+    profile = next(p for p in h.config.profiles if p.name == "cpx-nps4")
+    progress = Progress(profile="cpx-nps4", digest=profile_digest(profile), phase="reloading",
+                        savedLabels={DP: "true", ME: "true"}, started=0.0)  # fmt: skip
+    h.core.patch_node(
+        NODE,
+        {"metadata": {"labels": {DP: PAUSED, ME: PAUSED, STATE_LABEL: "applying"},
+                      "annotations": {PROGRESS_ANNOTATION: progress.dump()}}},
+    )  # fmt: skip
+    # The pod died after writing CPX, requesting NPS4 and unloading the driver.
+    backend = AmdSysfsBackend(h.info.root)
+    for gpu in backend.enumerate():
+        backend.set_partition_mode(gpu.id, "cpx_nps4")
+    assert hostfakes.modprobe(h.info.root, ["-r", "amdgpu"]) == 0
+    h.restart()
+    outcome = h.agent().run_once()
+    assert outcome.state is State.SUCCESS
+    assert hostfakes.recorded(h.info.root) == [["modprobe", "amdgpu"]]  # the load, no second unload
+    assert _modes(h.info) == {("CPX", "NPS4")} and _partitions(h.info) == 64
+    node = h.node()
+    assert {k: node.labels[k] for k in DEPLOY} == DEPLOY and PROGRESS_ANNOTATION not in node.annotations
+
+
+def test_a_label_change_in_the_middle_of_a_reload_loads_the_driver_before_the_roll_back(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "spx-nps1"})
+    progress = Progress(
+        profile="cpx-nps4", digest="0" * 16, phase="reloading", savedLabels={DP: "true"}, started=0.0
+    )
+    h.core.patch_node(
+        NODE, {"metadata": {"labels": {DP: PAUSED}, "annotations": {PROGRESS_ANNOTATION: progress.dump()}}}
+    )
+    assert hostfakes.modprobe(h.info.root, ["-r", "amdgpu"]) == 0
+    h.restart()
+    outcome = h.agent().run_once()
+    assert outcome.state is State.SUCCESS and not outcome.changed
+    assert hostfakes.recorded(h.info.root) == [["modprobe", "amdgpu"]]
+    assert h.node().labels[DP] == "true" and "ConfigRolledBack" in h.events()

@@ -93,6 +93,19 @@ def test_args_parse_as_the_service_settings(chart: Path) -> None:
     assert container["livenessProbe"]["httpGet"]["port"] == 8083
 
 
+def test_driver_reload_mounts_the_host_root_read_only_and_can_be_turned_off(chart: Path) -> None:
+    pod = pod_spec(by_kind(helm.template(chart), "DaemonSet"))
+    container = pod["containers"][0]
+    settings = parse_settings(ConfigManagerSettings, container["args"])
+    assert (settings.driver_reload, settings.host_exec) == (True, "chroot /host")
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["host"] == {"name": "host", "mountPath": "/host", "readOnly": True}
+    assert {"name": "host", "hostPath": {"path": "/", "type": "Directory"}} in pod["volumes"]
+    off = pod_spec(by_kind(helm.template(chart, values=["driverReload=false"]), "DaemonSet"))
+    assert parse_settings(ConfigManagerSettings, off["containers"][0]["args"]).driver_reload is False
+    assert "host" not in {v["name"] for v in off["volumes"]}
+
+
 def test_default_profiles_are_a_valid_config(chart: Path) -> None:
     config = ConfigManagerConfig.model_validate(
         yaml.safe_load(by_kind(helm.template(chart), "ConfigMap")["data"]["config.yaml"])
@@ -113,6 +126,8 @@ def test_values_schema_config_is_the_shared_model(chart: Path) -> None:
         "config.quiesceTimeoutSeconds=0",
         "config.profiles[0].amd.computePartition=XPX",
         "intervalSeconds=0",
+        "hostExec=",
+        "driverReload=maybe",
         "x=1",
     ],
 )

@@ -20,7 +20,8 @@ NodeGpus = Callable[..., tuple[NodeRootInfo, list[Any]]]
 
 
 def patches(server: SimApiServer) -> int:
-    return server.stats().get(("patch", "nodes"), 0)
+    """Label PATCHes (the GPUHealthy condition goes to nodes/status, counted in test_node_labeller_health)."""
+    return sum(1 for r in server.requests() if r.method == "PATCH" and not r.path.endswith("/status"))
 
 
 def make_labeller(info: NodeRootInfo, api: Any, name: str = "gpu-node", **kwargs: Any) -> NodeLabeller:

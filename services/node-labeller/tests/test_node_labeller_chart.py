@@ -64,10 +64,11 @@ def test_operator_managed_selects_the_deploy_label(chart: Path) -> None:
     assert "affinity" not in pod
 
 
-def test_rbac_is_get_and_patch_on_nodes_only(chart: Path) -> None:
+def test_rbac_is_get_and_patch_on_nodes_and_patch_on_nodes_status_only(chart: Path) -> None:
     docs = helm.template(chart, release="demo")
     assert by_kind(docs, "ClusterRole")["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
     ]
     binding = by_kind(docs, "ClusterRoleBinding")
     assert binding["subjects"] == [

@@ -227,6 +227,7 @@ def test_built_in_playbooks_ship_in_the_package() -> None:
         "driver-install",
         "driver-uninstall",
         "node-reboot",
+        "gpu-reset",
     }
 
 
@@ -313,8 +314,7 @@ def test_playbook_vars_defaults() -> None:
     ("name", "error"),
     [("nope", "unknown playbook 'nope' (built in: driver-install, driver-uninstall, node-reboot, gpu-reset; "
               "another name needs an override nope.yml)"),
-     ("../etc", "playbook name '../etc': lowercase letters, digits, '-', '_' and '.' only"),
-     ("gpu-reset", "playbook 'gpu-reset' is not built in: mount an override gpu-reset.yml for it")],
+     ("../etc", "playbook name '../etc': lowercase letters, digits, '-', '_' and '.' only")],
 )  # fmt: skip
 def test_the_cli_refuses_a_playbook_it_does_not_have_with_exit_2_and_a_summary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, error: str

@@ -134,6 +134,9 @@ def test_the_labeller_condition_names_the_gpus_and_other_conditions_count_when_l
     assert trigger_of(deadlock, config) is not None
     assert trigger_of(deadlock, RemediationConfig()) is None
     assert trigger_of(gpu_node(healthy=True), config) is None
+    cut = replace(BAD, message="3 of 8 GPUs unhealthy: 0000:c1:00.0: RAS; (+2 more)")
+    shortened = trigger_of(replace(gpu_node(), conditions={"GPUHealthy": cut}), config)
+    assert shortened is not None and shortened.gpus == ()  # not all named: every GPU
 
 
 def test_a_full_run_taints_drains_resets_validates_and_gives_the_node_back() -> None:

@@ -4,7 +4,9 @@ Starts a SimCluster with AMD and NVIDIA nodes, prints the kubeconfig and a kubec
 installs `charts/gpu-operator` with the real helm + kubectl when that chart exists, and shows a table
 of nodes (vendor, GPU profile, rollout stage from `gpuop.dev/` labels/annotations, pods, GPU
 resources, self-check result, metrics URLs) redrawn in place until Ctrl-C. Once a node's test
-runner is ready the demo asks it for the self-check, as an admin would with `kubectl annotate`.
+runner is ready the demo asks it for the self-check, as an admin would with `kubectl annotate`; once
+the config manager is Ready on the MI300X SPX node it labels that node for CPX/NPS4 (`--no-partition`
+not), and the `partition` column shows it quiesce, apply and come back with 64 partitions.
 Each pod shows what `kubectl get pods` would (`device-plugin CrashLoopBackOff x26`: its container's
 waiting/terminated reason and restart count), coloured on a terminal. `--no-live`, or a stdout that
 is not a terminal (`make demo | tee demo.log`), prints the table on each change instead;
@@ -59,6 +61,14 @@ DRIVER_LABELS = {"gpuop.dev/driver.version": "driver", "gpuop.dev/driver-upgrade
 # With --no-driver the umbrella's DeviceConfigs install the driver through the operator's Jobs,
 # whose playbooks send host commands to the simulator's recording fakes.
 DEMO_DRIVER_VERSIONS = {"amd": "6.12", "nvidia": "570.124.06"}
+# Unless --no-partition: the AMD DeviceConfig runs the config manager, and once it is Ready on the
+# MI300X SPX node the demo labels that node for CPX/NPS4 (64 partitions when it is done).
+CONFIG_MANAGER = "config-manager"
+DEMO_PARTITION_NODE_PROFILE = "amd-mi300x-spx"
+DEMO_PARTITION_PROFILE = {"name": "cpx-nps4", "amd": {"computePartition": "CPX", "memoryPartition": "NPS4"}}
+PARTITION_PROFILE_LABEL = "gpuop.dev/gpu-config-profile"
+PARTITION_STATE_LABEL = "gpuop.dev/gpu-config-state"
+AMD_PARTITION_LABEL = "amd.com/gpu.compute-memory-partition"
 LABEL_COLUMNS = (
     PROFILE_LABEL,
     "node.kubernetes.io/instance-type",
@@ -114,6 +124,7 @@ class NodeRow:
     metrics: str
     pod_cells: tuple[PodCell, ...] = ()
     self_check: str = "-"
+    partition: str = "-"
 
     @property
     def pods_text(self) -> str:
@@ -203,6 +214,7 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
                 metrics=" ".join(urls) or "-",
                 pod_cells=tuple(pod_cell(p) for p in sorted(on_node, key=_pod_name)),
                 self_check=self_check_of(node),
+                partition=partition_of(node),
             )
         )
     return rows
@@ -271,7 +283,8 @@ def _gpus(profile: str, sim: SimNode | None) -> str:
 
 def render(rows: Sequence[NodeRow]) -> Table:
     table = Table(title="gpuop simulated cluster", expand=False)
-    columns = ("node", "vendor", "gpus", "ready", "stage", "pods", "allocatable", "self-check", "metrics")
+    columns = ("node", "vendor", "gpus", "ready", "stage", "pods", "allocatable", "partition")
+    columns += ("self-check", "metrics")
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -283,6 +296,7 @@ def render(rows: Sequence[NodeRow]) -> Table:
             row.stage,
             pods_cell(row),
             row.resources,
+            row.partition,
             row.self_check,
             row.metrics,
         )
@@ -298,19 +312,54 @@ def kubectl_hint(kubeconfig: Path) -> str:
     return f"{kubectl} --kubeconfig {kubeconfig} get nodes {labels}"
 
 
-def driver_values(chart: Path, out: Path) -> Path:
+def device_config_values(chart: Path, out: Path, *, driver: bool, partitions: bool) -> Path:
     """A values file for `chart` whose DeviceConfigs (the chart's own, so names, selectors and the
-    rest stay) also install the driver, with host commands going to the simulator's fakes; helm's
-    `--set` on a list index would replace the whole list."""
+    rest stay) also install the driver (`driver`, host commands going to the simulator's fakes)
+    and, on AMD, run the config manager with the demo's profile (`partitions`); helm's `--set` on a
+    list index would replace the whole list."""
     defaults = yaml.safe_load((chart / "values.yaml").read_text()) or {}
     configs = []
     for config in defaults.get("deviceConfigs") or []:
         spec = dict(config.get("spec") or {})
-        version = DEMO_DRIVER_VERSIONS.get(str(spec.get("vendor")), "")
-        spec["driver"] = {"enable": True, "version": version, "upgradePolicy": {"rebootRequired": False}}
+        vendor = str(spec.get("vendor"))
+        if driver:
+            version = DEMO_DRIVER_VERSIONS.get(vendor, "")
+            spec["driver"] = {"enable": True, "version": version, "upgradePolicy": {"rebootRequired": False}}
+        if partitions and vendor == "amd":
+            spec["configManager"] = {"enable": True, "profiles": [DEMO_PARTITION_PROFILE]}
         configs.append({**config, "spec": spec})
+    out.write_text(yaml.safe_dump({"deviceConfigs": configs}, sort_keys=False))
+    return out
+
+
+def partition_due(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence[Obj]) -> list[str]:
+    """Nodes of the demo's partition profile whose config manager is Ready and that name no profile
+    yet: the demo labels them, as an admin would (pure)."""
+    ready_on = {
+        spec_of(p).get("nodeName")
+        for p in pods
+        if _pod_name(p) == CONFIG_MANAGER and pod_phase(p) == "Running" and pod_is_ready(p)
+    }
+    wanted = {n.name for n in sim_nodes if n.profile == DEMO_PARTITION_NODE_PROFILE}
+    return [
+        name_of(n)
+        for n in sorted(nodes, key=name_of)
+        if name_of(n) in wanted & ready_on and PARTITION_PROFILE_LABEL not in labels_of(n)
+    ]
+
+
+def partition_of(node: Obj) -> str:
+    """`cpx_nps4 success`: the labeller's partition label and the config manager's state."""
+    labels = labels_of(node)
+    parts = [labels.get(AMD_PARTITION_LABEL, ""), labels.get(PARTITION_STATE_LABEL, "")]
+    return " ".join(p for p in parts if p) or "-"
+
+
+def host_command_values(out: Path) -> Path:
+    """A values file sending every host command (driver Jobs' playbooks, the config manager's
+    driver reload) to the simulator's fakes under each node's root, instead of `chroot /host`."""
     host_exec = f"{sys.executable} -m gpuop_sim.hostfakes --root {{host_root}}"
-    values = {"deviceConfigs": configs, "operator": {"driverJobs": {"hostExec": host_exec}}}
+    values = {"operator": {"driverJobs": {"hostExec": host_exec}}, "config-manager": {"hostExec": host_exec}}
     out.write_text(yaml.safe_dump(values, sort_keys=False))
     return out
 
@@ -347,10 +396,11 @@ def install_operator_chart(
 class Snapshots:
     """Reads the cluster for the table and asks each node's ready test runner for the self-check once."""
 
-    def __init__(self, cluster: SimCluster, console: Console) -> None:
+    def __init__(self, cluster: SimCluster, console: Console, *, partitions: bool = False) -> None:
         self.cluster = cluster
         self.console = console
         self.requested: set[str] = set()
+        self.partitions = partitions
 
     def __call__(self) -> list[NodeRow]:
         rest = self.cluster.api()
@@ -363,6 +413,10 @@ class Snapshots:
             )
             body = {"metadata": {"annotations": {TEST_REQUEST_ANNOTATION: SELF_CHECK_REQUEST}}}
             rest.patch(NODES, name, body)
+        for name in partition_due(self.cluster.nodes, nodes, pods) if self.partitions else []:
+            profile = str(DEMO_PARTITION_PROFILE["name"])
+            self.console.print(f"partition:  kubectl label node {name} {PARTITION_PROFILE_LABEL}={profile}")
+            rest.patch(NODES, name, {"metadata": {"labels": {PARTITION_PROFILE_LABEL: profile}}})
         return node_rows(self.cluster.nodes, nodes, pods)
 
 
@@ -376,6 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the table on each change, no redraw (the default when stdout is not a terminal)",
     )
     parser.add_argument("--refresh", type=float, default=1.0, help="seconds between table refreshes")
+    parser.add_argument(
+        "--no-partition",
+        action="store_true",
+        help="do not run the config manager, nor label the MI300X SPX node for CPX/NPS4",
+    )
     parser.add_argument(
         "--chart",
         type=Path,
@@ -399,12 +458,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"kubeconfig: {cluster.kubeconfig}")
         console.print(f"try:        {kubectl_hint(cluster.kubeconfig)}", soft_wrap=True)
         values: list[Path] = []
-        if args.no_driver and (args.chart / "values.yaml").is_file():
-            values.append(driver_values(args.chart, cluster.state_dir / "demo-driver-values.yaml"))
+        if (args.chart / "values.yaml").is_file():
+            values.append(host_command_values(cluster.state_dir / "demo-host-values.yaml"))
+        partitions = not args.no_partition
+        if (args.no_driver or partitions) and (args.chart / "values.yaml").is_file():
+            out = cluster.state_dir / "demo-deviceconfig-values.yaml"
+            values.append(device_config_values(args.chart, out, driver=args.no_driver, partitions=partitions))
+        if args.no_driver:
             console.print("Nodes start without a driver: the operator installs it with its playbook Jobs.")
-        install_operator_chart(cluster, args.chart, console, values)
+        installed = install_operator_chart(cluster, args.chart, console, values)
         deadline = None if args.duration is None else time.monotonic() + args.duration
-        snapshot = Snapshots(cluster, console)
+        snapshot = Snapshots(cluster, console, partitions=partitions and installed)
         if not use_live(no_live=args.no_live, is_terminal=console.is_terminal):
             _print_on_change(snapshot, console, stop, deadline, args.refresh)
         else:

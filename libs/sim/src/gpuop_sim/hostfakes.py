@@ -24,7 +24,15 @@ waits to be killed by that reboot, as a real reboot ends the pod running it (run
 returns at once and the reboot follows). Elsewhere it does what a boot leaves (`boot()`).
 
 Failure injection: `fail(root, "dkms", stderr)` makes the next DKMS build (and `dkms` itself) fail
-with that stderr, as a module that does not compile for the running kernel does.
+with that stderr, as a module that does not compile for the running kernel does. `absent(root,
+"amd-smi")` makes a command missing on the host (exit 127, as a shell says), `busy(root, pci)` makes a
+GPU reset refuse as the real tools do while a process holds the GPU.
+
+GPU faults (`gpuop_sim.faultstate`, made by `gpuop_sim.nodes.faults`): `amd-smi reset -G -g GPU`
+and `nvidia-smi -r -i GPU` (GPU = index, PCI address or UUID) undo the faults of that GPU unless one
+needs a reboot, and zero its RAS uncorrectable counters; `reboot` undoes every fault.
+`nvidia-smi --query-gpu=pci.bus_id,reset_status.reset_required --format=csv,noheader` reports each
+GPU, `Yes` while it has a fault (after an XID, a reset is required).
 
 Stdlib only: the playbook starts one process per command, so an import must stay cheap.
 """
@@ -43,7 +51,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpuop_sim import drivertree
+from gpuop_sim import drivertree, faultstate
 
 STATE_DIR = ".gpuop-fakes"
 LOG = f"{STATE_DIR}/commands.log"
@@ -52,6 +60,9 @@ DKMS = f"{STATE_DIR}/dkms.json"
 KERNEL = f"{STATE_DIR}/kernel"
 BOOTS = f"{STATE_DIR}/boots"
 FAILURES = f"{STATE_DIR}/fail"
+AMD_DRIVER_STATE = drivertree.SIM_DIR / "amd-driver.json"  # gpuop_sim.nodes.amd_driver.DRIVER_STATE
+ABSENT = f"{STATE_DIR}/absent"
+BUSY = f"{STATE_DIR}/busy"
 REBOOTER = drivertree.SIM_DIR / "rebooter"  # pid of the SimCluster that reboots this node
 REBOOT_REQUEST = drivertree.SIM_DIR / "reboot-request"
 REBOOT_WAIT_SECONDS = 60.0
@@ -87,6 +98,20 @@ def recorded(root: Path) -> list[list[str]]:
 def fail(root: Path, command: str, stderr: str) -> None:
     """Make `command` (and for `dkms`, every module build) fail with `stderr` from now on."""
     write_file(root / FAILURES / command, stderr)
+
+
+def absent(root: Path, command: str) -> None:
+    """Make `command` missing on this host from now on (exit 127, `command not found`)."""
+    write_file(root / ABSENT / command, "")
+
+
+def busy(root: Path, pci_address: str, process: str = "python3 (pid 4242)") -> None:
+    """A process holds this GPU: resetting it fails until `idle()`."""
+    write_file(root / BUSY / pci_address.lower(), process)
+
+
+def idle(root: Path, pci_address: str) -> None:
+    (root / BUSY / pci_address.lower()).unlink(missing_ok=True)
 
 
 def set_kernel(root: Path, release: str) -> None:
@@ -305,6 +330,15 @@ _LAYERS: dict[str, Callable[[Path], None]] = {"amdgpu": _lay_amdgpu, "nvidia": _
 _DEV_NODES = {"nvidia-uvm": ("nvidia-uvm", "nvidia-uvm-tools"), "nvidia-modeset": ("nvidia-modeset",)}
 
 
+def _amd_driver_in_use(root: Path) -> bool:
+    """A device node of the simulated MI300X driver held open (its OPEN_DIR markers)."""
+    if not (root / AMD_DRIVER_STATE).is_file() or not drivertree.is_loaded(root, "amdgpu"):
+        return False
+    from gpuop_sim.nodes import amd_driver  # only a simulated MI300X needs it
+
+    return amd_driver.in_use(root)
+
+
 def modprobe(root: Path, args: list[str]) -> int:
     remove = "-r" in args or "--remove" in args
     words = [a for a in args if not a.startswith("-")]
@@ -318,6 +352,9 @@ def modprobe(root: Path, args: list[str]) -> int:
         base = module.replace("-", "_").split("_")[0]
         mdir = root / "sys/module" / module.replace("-", "_")
         if remove:
+            if module == "amdgpu" and _amd_driver_in_use(root):
+                print(f"modprobe: FATAL: Module {module} is in use.", file=sys.stderr)
+                return 1
             if module in drivertree.MODULES and drivertree.unload(root, module):
                 continue
             for path in sorted(mdir.rglob("*"), reverse=True) if mdir.is_dir() else []:
@@ -336,6 +373,10 @@ def modprobe(root: Path, args: list[str]) -> int:
         if tree:
             drivertree.load(root, module)
             shutil.rmtree(mdir / "parameters", ignore_errors=True)  # a fresh load's parameters only
+            if module == "amdgpu" and (root / AMD_DRIVER_STATE).is_file():
+                from gpuop_sim.nodes import amd_driver  # only a simulated MI300X needs it
+
+                amd_driver.apply_pending(root)  # a requested memory partition comes into force
         write_file(mdir / "initstate", "live")
         if build or not (mdir / "version").is_file():
             write_file(mdir / "version", build)
@@ -372,7 +413,9 @@ def systemctl(root: Path, args: list[str]) -> int:
 def boot(root: Path, kernel: str | None = None) -> None:
     """What a reboot leaves: no loaded module, no driver device node; then, as systemd-modules-load
     does, the modules named in /etc/modules-load.d are loaded if built for the (new) kernel, and a
-    profile's in-box driver (gpuop_sim.drivertree) is loaded as udev does for matching devices."""
+    profile's in-box driver (gpuop_sim.drivertree) is loaded as udev does for matching devices.
+    A power cycle ends every GPU fault (`gpuop_sim.faultstate`), those a reset cannot clear too."""
+    faultstate.clear(root, reboot=True)
     for module in drivertree.MODULES:
         drivertree.unload(root, module)
     for relative in VOLATILE:
@@ -435,6 +478,142 @@ def curl(root: Path, args: list[str]) -> int:
     return 0
 
 
+def _reset_gpu(root: Path, pci: str) -> list[faultstate.Fault]:
+    """What a GPU reset does: the GPU's faults end (but those needing a reboot), its RAS uncorrectable
+    counters restart at 0 (the driver re-initialises the RAS blocks). Returns the faults still there."""
+    _cleared, kept = faultstate.clear(root, pci)
+    device = root / "sys/bus/pci/devices" / pci
+    for counter in sorted(device.glob("ras/*_err_count")) if device.is_dir() else []:
+        if not any(f.gpu == pci and f.needs_reboot for f in kept):
+            faultstate.zero_ras(root, str(counter.relative_to(root)))
+    return [f for f in kept if f.gpu == pci]
+
+
+def _faulted(root: Path) -> set[str]:
+    return {f.gpu for f in faultstate.active(root)}
+
+
+def _select_gpu(root: Path, wanted: str, gpus: list[tuple[str, str]]) -> str | None:
+    """PCI address of the GPU `wanted` names: an index, a PCI address (any domain width) or a UUID.
+    `gpus` is (pci, uuid) in index order; a GPU gone from the bus still has its fault record."""
+    if wanted.isdigit():
+        return gpus[int(wanted)][0] if int(wanted) < len(gpus) else None
+    lowered = wanted.lower()
+    if lowered.count(":") == 2:  # 00000000:18:00.0 (NVML) or 0000:18:00.0 (kernel)
+        lowered = "0000:" + lowered.split(":", 1)[1]
+    for pci, uuid in gpus:
+        if lowered in (pci, uuid.lower()):
+            return pci
+    return lowered if lowered in _faulted(root) else None
+
+
+def _amd_gpus(root: Path) -> list[tuple[str, str]]:
+    return [(pci, "") for pci in _pci_gpus(root, AMD_VENDOR)]
+
+
+def _busy_with(root: Path, pci: str) -> str | None:
+    path = root / BUSY / pci
+    return path.read_text().strip() if path.is_file() else None
+
+
+def amd_smi(root: Path, args: list[str]) -> int:
+    """`amd-smi reset -G -g GPU [GPU ...]` (also --gpureset/--gpu), `amd-smi version`."""
+    if args[:1] == ["version"]:
+        print("AMDSMI Tool: 24.7.1+gpuop-fake | AMDSMI Library version: 24.7.1 | ROCm version: 6.2.4")
+        return 0
+    if args[:1] != ["reset"] or not {"-G", "--gpureset"} & set(args):
+        print(
+            f"amd-smi: the fake knows `reset -G -g GPU`, `version`; not {shlex.join(args)}", file=sys.stderr
+        )
+        return 2
+    flag = "-g" if "-g" in args else "--gpu"
+    if flag not in args:
+        print("amd-smi reset: -G needs a GPU: -g GPU", file=sys.stderr)
+        return 2
+    wanted = [a for a in args[args.index(flag) + 1 :] if not a.startswith("-")]
+    gpus = _amd_gpus(root)
+    targets = [_select_gpu(root, w, gpus) for w in wanted]
+    if not wanted or None in targets:
+        print(f"Invalid GPU ID(s): {' '.join(wanted) or '(none)'}", file=sys.stderr)
+        return 2
+    for pci in (t for t in targets if t is not None):
+        holder = _busy_with(root, pci)
+        if holder is not None:
+            print(f"GPU: {pci}\n    RESET: AMDSMI_STATUS_BUSY - Device busy ({holder})", file=sys.stderr)
+            return 16
+        _reset_gpu(root, pci)
+        print(f"GPU: {pci}\n    RESET: Successfully reset GPU {pci}")
+    return 0
+
+
+def _nvidia_gpus(root: Path) -> list[tuple[str, str]]:
+    """(pci, uuid) per GPU the fake NVML state lists, in index order; a bare root's PCI GPUs."""
+    path = root / faultstate.NVML_STATE
+    if path.is_file():
+        state = json.loads(path.read_text())
+        return [
+            ("0000:" + str(g["bus_id"]).split(":", 1)[1].lower(), str(g.get("uuid", "")))
+            for g in state.get("gpus", [])
+        ]
+    return [(pci, "") for pci in _pci_gpus(root, NVIDIA_VENDOR)]
+
+
+def nvidia_smi(root: Path, args: list[str]) -> int:
+    """`nvidia-smi -r -i GPU`, `nvidia-smi -L`, and
+    `--query-gpu=pci.bus_id,reset_status.reset_required --format=csv,noheader`."""
+    gpus = _nvidia_gpus(root)
+    query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
+    if query is not None:
+        fields = query.split(",")
+        if any(f not in ("pci.bus_id", "reset_status.reset_required", "uuid") for f in fields):
+            print(f'Field "{query}" is not a valid field to query.', file=sys.stderr)
+            return 2
+        faulted = _faulted(root)
+        lost = {pci for pci, uuid in gpus if uuid and _nvml_lost(root, uuid)}
+        for pci, uuid in gpus:
+            if pci in lost:
+                continue  # NVML cannot see it: nvidia-smi does not list it
+            values = {
+                "pci.bus_id": "0000" + pci,  # nvidia-smi prints the 8-digit domain
+                "reset_status.reset_required": "Yes" if pci in faulted else "No",
+                "uuid": uuid,
+            }
+            print(", ".join(values[f] for f in fields))
+        return 0
+    if "-L" in args:
+        for index, (pci, uuid) in enumerate(gpus):
+            print(f"GPU {index}: NVIDIA GPU (UUID: {uuid or pci})")
+        return 0
+    if "-r" not in args and "--gpu-reset" not in args:
+        print(
+            f"nvidia-smi: the fake knows -r -i GPU, -L, --query-gpu; not {shlex.join(args)}", file=sys.stderr
+        )
+        return 2
+    flag = "-i" if "-i" in args else "--id"
+    wanted = args[args.index(flag) + 1] if flag in args[:-1] else None
+    target = _select_gpu(root, wanted, gpus) if wanted else None
+    if target is None:
+        print(f"No devices were found matching {wanted!r}" if wanted else "-r needs -i GPU", file=sys.stderr)
+        return 6
+    pci = target
+    holder = _busy_with(root, pci)
+    if holder is not None:
+        print(
+            f"GPU Reset couldn't run because GPU 0000{pci} is in use by another client: {holder}.\n"
+            "1 device is currently being used by one or more other processes.",
+            file=sys.stderr,
+        )
+        return 255
+    _reset_gpu(root, pci)
+    print(f"GPU 0000{pci} was successfully reset.")
+    return 0
+
+
+def _nvml_lost(root: Path, uuid: str) -> bool:
+    state = json.loads((root / faultstate.NVML_STATE).read_text())
+    return any(g.get("uuid") == uuid and g.get("lost") for g in state.get("gpus", []))
+
+
 def _no_op(root: Path, args: list[str]) -> int:
     return 0
 
@@ -451,6 +630,8 @@ FAKES: dict[str, Fake] = {
     "systemctl": systemctl,
     "reboot": reboot,
     "curl": curl,
+    "amd-smi": amd_smi,
+    "nvidia-smi": nvidia_smi,
     "update-initramfs": _no_op,
     "dracut": _no_op,
 }
@@ -467,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     with log.open("a") as out:
         out.write(json.dumps([command, *rest]) + "\n")
     fake = FAKES.get(Path(command).name)
-    if fake is None:
+    if fake is None or (root / ABSENT / Path(command).name).exists():
         print(f"{command}: command not found (no gpuop fake)", file=sys.stderr)
         return 127
     if command != "dkms" and (problem := _failure(root, Path(command).name)) is not None:

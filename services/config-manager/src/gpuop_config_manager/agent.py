@@ -5,8 +5,11 @@ States (label `gpuop.dev/gpu-config-state`): pending -> quiescing -> applying ->
 - An unknown or invalid profile fails with the reason before anything on the node changes.
 - Quiescing pauses the operands' deploy labels and waits for their pods and for GPU pods to leave;
   on timeout the labels are restored and the state is `failed`.
-- Applying writes each GPU through gpuop_common, then re-reads the GPUs to verify. A failed write
-  leaves the node with its operands restored and the driver's reason in the annotation.
+- Applying writes each GPU through gpuop_common, then re-reads the GPUs to verify. A memory
+  partition the driver takes as a request for its next load is put in force by reloading amdgpu
+  (`modprobe -r amdgpu; modprobe amdgpu`, the GPUs still quiesced; phase `reloading` on the Node
+  first), then the writes that had to wait for it. A failed write or reload leaves the node with
+  its operands restored and the driver's reason in the annotation.
 - The progress annotation, written before the first label is paused, lets a restarted agent resume
   the same profile, or roll the pause back when the node now asks for something else.
 """
@@ -92,6 +95,8 @@ class ConfigManagerAgent:
                     f"profile {profile.name}: resuming after a restart ({progress.phase})",
                 )
                 return self._apply(node, profile, config, progress)
+            if progress.phase == "reloading":
+                self._finish_reload()
             node = self._roll_back(node, progress, "the node now asks for another profile")
         if selection.name is None:
             return Outcome(None, False)
@@ -254,13 +259,15 @@ class ConfigManagerAgent:
         node = self._set_state(
             node, meta.State.APPLYING, annotations={meta.PROGRESS_ANNOTATION: progress.dump()}
         )
-        self.kube.event(node, "ApplyingConfig", f"profile {profile.name}: writing the GPUs")
         try:
-            plan = self.gpus.plan(profile)
-            if not plan.valid:
-                raise GpuBackendError("; ".join(plan.reasons))
-            for target in self.gpus.pending(plan):
-                self.gpus.apply(target)
+            if progress.phase == "reloading":  # a restart found the driver reload it had begun
+                self.gpus.reload_amd_driver(load_only=True)
+                progress = progress.model_copy(update={"phase": "applying"})
+            self.kube.event(node, "ApplyingConfig", f"profile {profile.name}: writing the GPUs")
+            if self._write(profile):
+                node = self._reload(node, profile, progress)
+                if self._write(profile):
+                    raise GpuBackendError("a memory partition is still pending after a driver reload")
             left = self.gpus.pending(self.gpus.plan(profile))
             if left:
                 now = self.gpus.describe(left)
@@ -273,6 +280,39 @@ class ConfigManagerAgent:
         self.metrics.apply_seconds.observe(self.clock() - started)
         restore = meta.restore_labels(node.labels, progress.saved_labels)
         return self._succeed(node, profile, progress.digest, changed=True, labels=dict(restore))
+
+    def _write(self, profile: PartitionProfile) -> bool:
+        """Write every GPU that does not match yet; True when a memory partition waits for a
+        driver reload (checked against the GPUs as they are now, so it also runs after one)."""
+        plan = self.gpus.plan(profile)
+        if not plan.valid:
+            raise GpuBackendError("; ".join(plan.reasons))
+        reload_needed = False
+        for target in self.gpus.pending(plan):
+            reload_needed |= self.gpus.apply(target)
+        return reload_needed
+
+    def _finish_reload(self) -> None:
+        """Load amdgpu again after a restart in the middle of a reload, before giving the GPUs
+        back to the operands (the unload may have happened)."""
+        try:
+            self.gpus.reload_amd_driver(load_only=True)
+        except GpuBackendError as exc:
+            log.warning("loading amdgpu after an interrupted reload failed", extra={"error": str(exc)})
+
+    def _reload(self, node: NodeMeta, profile: PartitionProfile, progress: Progress) -> NodeMeta:
+        """Reload amdgpu (the GPUs are quiesced), recording it first so a restart finishes it."""
+        reloading = progress.model_copy(update={"phase": "reloading"})
+        node = self._set_state(
+            node, meta.State.APPLYING, annotations={meta.PROGRESS_ANNOTATION: reloading.dump()}
+        )
+        self.kube.event(
+            node,
+            "ReloadingDriver",
+            f"profile {profile.name}: the memory partition takes effect at a driver reload: reloading amdgpu",
+        )
+        self.gpus.reload_amd_driver()
+        return node  # `reloading` stays recorded until the end: a resumed load is a no-op
 
     def _restore(self, node: NodeMeta, progress: Progress) -> NodeMeta:
         restore = meta.restore_labels(node.labels, progress.saved_labels)

@@ -2,25 +2,45 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from gpuop_common.config.config_manager import PartitionProfile
 from gpuop_common.gpu import AmdSysfsBackend, GpuBackend, GpuDevice, NvmlBackend, Vendor, open_backends
+from gpuop_common.gpu.amd_reload import DriverReloader, DriverReloadError
 from gpuop_common.gpu.errors import GpuBackendError
 from gpuop_common.gpu.profile_check import GpuTarget, ProfilePlan, gpu_matches, plan_profile
+
+RELOAD_WAIT_S = 120.0  # for the GPUs to be back after `modprobe amdgpu`
+RELOAD_POLL_S = 1.0
 
 
 class NodeGpus:
     """Wraps the vendor backends of one host root; every write goes through gpuop_common."""
 
-    def __init__(self, backends: list[GpuBackend]) -> None:
+    def __init__(
+        self,
+        backends: list[GpuBackend],
+        *,
+        reopen: Callable[[], list[GpuBackend]] | None = None,
+        reloader: DriverReloader | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.backends = backends
         self._vendors: list[Vendor] | None = None
+        self._reopen = reopen
+        self.reloader = reloader  # None: a change that needs a driver reload fails, saying so
+        self._sleep = sleep
 
     @classmethod
-    def open(cls, host_root: Path | str, vendor: str = "auto") -> NodeGpus:
-        return cls(open_backends(host_root, vendor))
+    def open(
+        cls, host_root: Path | str, vendor: str = "auto", reloader: DriverReloader | None = None
+    ) -> NodeGpus:
+        def reopen() -> list[GpuBackend]:
+            return open_backends(host_root, vendor)
+
+        return cls(reopen(), reopen=reopen, reloader=reloader)
 
     def close(self) -> None:
         for backend in self.backends:
@@ -83,14 +103,53 @@ class NodeGpus:
             return "MIG off"
         return "MIG " + "+".join(f"{n}x{p}" for p, n in sorted(layout.items()))
 
-    def apply(self, target: GpuTarget) -> None:
-        """Write one GPU's target; raises a GpuBackendError naming what the driver refused."""
+    def apply(self, target: GpuTarget) -> bool:
+        """Write one GPU's target; True when its memory partition waits for a driver reload (the
+        rest of its writes come after it). Raises a GpuBackendError naming what the driver refused."""
         backend = self._backend(target.vendor)
         if target.vendor is Vendor.AMD:
-            backend.set_partition_mode(target.gpu_id, f"{target.compute}_{target.memory}")
-            return
+            state = backend.set_partition_mode(target.gpu_id, f"{target.compute}_{target.memory}")
+            return state.pending_memory is not None
         assert isinstance(backend, NvmlBackend)
         backend.mig_writer(target.gpu_id).apply(bool(target.mig_enabled), dict(target.mig_devices))
+        return False
+
+    def reload_amd_driver(self, *, load_only: bool = False) -> None:
+        """`modprobe -r amdgpu; modprobe amdgpu` (only the load when resuming one), then wait for
+        as many AMD GPUs as before. The backends are reopened: their view of the old driver's
+        files is gone. Raises a GpuBackendError when reloading is off, a command fails, or the
+        GPUs do not come back."""
+        if self.reloader is None or self._reopen is None:
+            raise DriverReloadError(
+                "a memory partition change takes effect at a driver reload, and reloading the "
+                "driver is off (--driver-reload)"
+            )
+        before = self._amd_count()
+        self.close()
+        try:
+            if load_only:
+                self.reloader.load()
+            else:
+                self.reloader.reload()
+        finally:
+            self.backends = self._reopen()
+        waited = 0.0
+        while (found := self._amd_count()) < before:
+            if waited >= RELOAD_WAIT_S:
+                raise DriverReloadError(
+                    f"{found} of {before} AMD GPUs back {RELOAD_WAIT_S:g}s after reloading amdgpu"
+                )
+            self._sleep(RELOAD_POLL_S)
+            waited += RELOAD_POLL_S
+            self.close()
+            self.backends = self._reopen()
+
+    def _amd_count(self) -> int:
+        amd = [b for b in self.backends if b.vendor is Vendor.AMD]
+        try:
+            return sum(len(b.enumerate()) for b in amd)
+        except GpuBackendError:
+            return 0  # the driver's files are not all back yet
 
 
 GpuFactory = Callable[[], NodeGpus]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from gpuop_common.config.config_manager import ConfigManagerConfig
 from gpuop_common.configfile import ConfigFileWatcher
+from gpuop_common.gpu.amd_reload import DriverReloader, host_exec_argv
 from gpuop_common.kube import KubeConfigError, make_api_client
 from gpuop_common.shutdown import ServiceContext, run_service
 
@@ -51,7 +52,10 @@ def serve(ctx: ServiceContext[ConfigManagerSettings], metrics: ConfigManagerMetr
     def config() -> ConfigManagerConfig:
         return watcher.config if watcher is not None else ConfigManagerConfig()
 
-    gpus = NodeGpus.open(s.host_root, s.vendor)
+    reloader = (
+        DriverReloader(tuple(host_exec_argv(s.host_exec, str(s.host_root)))) if s.driver_reload else None
+    )
+    gpus = NodeGpus.open(s.host_root, s.vendor, reloader=reloader)
     agent = ConfigManagerAgent(
         kube=NodeClient(api, s.node_name, dry_run=s.dry_run),
         gpus=gpus,

@@ -20,7 +20,7 @@ class Progress(BaseModel):
 
     profile: str = Field(max_length=63)
     digest: str = Field(max_length=64)
-    phase: str = Field(pattern=r"^(quiescing|applying)$")
+    phase: str = Field(pattern=r"^(quiescing|applying|reloading)$")
     saved_labels: dict[str, str] = Field(default_factory=dict, alias="savedLabels")
     started: float = 0.0  # wall-clock seconds when quiescing began
 

@@ -26,3 +26,14 @@ class ConfigManagerSettings(AgentSettings):
     evict_gpu_pods: bool = Field(
         False, description="Delete GPU workload pods on the node instead of waiting for them to finish."
     )
+    driver_reload: bool = Field(
+        True,
+        description="Reload amdgpu (GPUs quiesced) when a memory partition change waits for it; "
+        "off: such a change fails, saying so.",
+    )
+    host_exec: str = Field(
+        "chroot /host",
+        min_length=1,
+        description="Prefix of the host commands of a driver reload (`modprobe`); `{host_root}` is "
+        "replaced by --host-root.",
+    )

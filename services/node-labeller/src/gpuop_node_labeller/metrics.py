@@ -25,3 +25,13 @@ class LabellerMetrics:
             "gpuop_node_labeller_labels", "Labels the labeller owns on its node.", registry=self.registry
         )
         self.gpus = Gauge("gpuop_node_labeller_gpus", "GPUs seen in the last pass.", registry=self.registry)
+        self.unhealthy = Gauge(
+            "gpuop_node_labeller_unhealthy_gpus",
+            "GPUs the GPUHealthy condition names as unhealthy.",
+            registry=self.registry,
+        )
+        self.condition_patches = Counter(
+            "gpuop_node_labeller_condition_patches",
+            "nodes/status PATCHes of the GPUHealthy condition (one per change).",
+            registry=self.registry,
+        )

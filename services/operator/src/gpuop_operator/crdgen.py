@@ -6,7 +6,9 @@
 - charts/crds/crds/deviceconfigs.gpuop.dev.yaml: the DeviceConfig CRD;
 - charts/gpu-operator/values.schema.json: the umbrella chart's values schema, whose
   `deviceConfigs[].spec` is the same DeviceConfigSpec schema (unknown fields rejected), so
-  `helm install` already refuses a bad default DeviceConfig.
+  `helm install` already refuses a bad default DeviceConfig;
+- charts/<operand>/values.schema.json: `properties.config`, the service's section of the spec (the
+  rest of the file is written by hand and kept).
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from typing import Any
 
 import yaml
 from gpuop_common.config import DeviceConfigSpec, structural_schema
+from gpuop_common.config.config_manager import ConfigManagerConfig
+from gpuop_common.config.device_plugin import DevicePluginConfig
+from gpuop_common.config.metrics_exporter import MetricsExporterConfig
+from gpuop_common.config.node_labeller import NodeLabellerConfig
+from gpuop_common.config.testrunner import TestRunnerConfig
+from pydantic import BaseModel
 
 from gpuop_operator.crd import CRD_NAME, device_config_crd
 
@@ -91,11 +99,33 @@ def repo_root() -> Path:
     return Path.cwd()
 
 
+# Each operand chart's `config` value is its service's section of DeviceConfig.spec.
+OPERAND_CONFIGS: dict[str, type[BaseModel]] = {
+    "device-plugin": DevicePluginConfig,
+    "node-labeller": NodeLabellerConfig,
+    "metrics-exporter": MetricsExporterConfig,
+    "test-runner": TestRunnerConfig,
+    "config-manager": ConfigManagerConfig,
+}
+
+
+def render_operand_values_schema(current: str, model: type[BaseModel]) -> str:
+    """The chart's hand-written values schema with `properties.config` from the model."""
+    schema = json.loads(current)
+    schema.setdefault("properties", {})["config"] = structural_schema(model, forbid_unknown=True)
+    return json.dumps(schema, indent=2) + "\n"
+
+
 def generated_files(root: Path) -> dict[Path, str]:
-    return {
+    files = {
         root / "charts" / "crds" / "crds" / f"{CRD_NAME}.yaml": render_crd_yaml(),
         root / "charts" / "gpu-operator" / "values.schema.json": render_values_schema(),
     }
+    for chart, model in OPERAND_CONFIGS.items():
+        path = root / "charts" / chart / "values.schema.json"
+        if path.is_file():
+            files[path] = render_operand_values_schema(path.read_text(), model)
+    return files
 
 
 def main(argv: Sequence[str] | None = None) -> int:

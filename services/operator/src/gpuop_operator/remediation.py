@@ -50,6 +50,7 @@ from gpuop_operator.model import (
 )
 from gpuop_operator.upgrade import IN_FLIGHT
 from gpuop_operator.upgrade import STATE_LABEL as UPGRADE_STATE_LABEL
+from gpuop_operator.views import CONDITION_MESSAGE_CHARS
 
 STATE_LABEL = REMEDIATION_STATE_LABEL
 APPROVED_LABEL = REMEDIATION_APPROVED_LABEL
@@ -73,6 +74,7 @@ VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0
 PCI_ADDRESS = re.compile(r"\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
 RATE_LIMITED = "rate-limited"
+_MORE = re.compile(r"\(\+\d+ more\)")  # how the labeller ends a message it had to shorten
 
 
 class State(StrEnum):
@@ -116,6 +118,8 @@ def trigger_of(node: NodeInfo, config: RemediationConfig) -> Trigger | None:
         condition = node.conditions.get(kind)
         if condition is not None and condition.status == status:
             gpus = tuple(sorted({a.lower() for a in PCI_ADDRESS.findall(condition.message)}))
+            if _MORE.search(condition.message) or len(condition.message) >= CONDITION_MESSAGE_CHARS:
+                gpus = ()  # the list was cut short (by the labeller or the cache): reset every GPU
             return Trigger(f"{kind}={status}", condition.since, condition.reason, gpus)
     return None
 

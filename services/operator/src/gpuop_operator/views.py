@@ -17,7 +17,7 @@ def _meta(obj: JsonObj, *keys: str) -> JsonObj:
     return {key: meta[key] for key in keys if key in meta}
 
 
-CONDITION_MESSAGE_CHARS = 500  # enough for the GPUs' PCI addresses in GPUHealthy
+CONDITION_MESSAGE_CHARS = 2048  # the labeller's longest GPUHealthy message: every broken GPU named
 # Extended resources that are GPUs or GPU partitions (device plugin names, both vendors).
 GPU_RESOURCE_PREFIXES = ("amd.com/", "nvidia.com/")
 

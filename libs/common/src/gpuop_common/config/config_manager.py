@@ -10,6 +10,9 @@ from gpuop_common.config.base import ConfigModel, ImageSettings, LabelKey, Label
 
 MigProfile = Annotated[str, Field(pattern=r"^([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\+(me|gfx))*$", max_length=32)]
 GpuIndex = Annotated[int, Field(ge=0, le=1023)]
+# A GPU model: words of its name (`MI300X`, `H100 80GB HBM3`, matched whole-word, any case) or its
+# PCI device id (`0x74a1`); see gpuop_common.gpu.profile_check.model_matches.
+GpuModel = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][-A-Za-z0-9 ._]*$")]
 
 
 class AmdPartition(ConfigModel):
@@ -28,11 +31,26 @@ class AmdPartition(ConfigModel):
     )
 
 
+class AmdModelPartition(AmdPartition):
+    """AMD partition mode for the GPUs of some models only (before `amd`, which covers the rest)."""
+
+    models: list[GpuModel] = Field(
+        min_length=1,
+        max_length=32,
+        description="GPU models this applies to: name words (`MI300X`) or PCI device id (`0x74a1`).",
+    )
+
+
 class MigDeviceGroup(ConfigModel):
     """MIG setting for a group of NVIDIA GPUs (one `mig-parted` entry)."""
 
     devices: list[GpuIndex] = Field(
         default_factory=list, max_length=1024, description="GPU indices; empty means all GPUs."
+    )
+    models: list[GpuModel] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Only GPUs of these models (name words like `H100`, or PCI device id); empty: any.",
     )
     mig_enabled: bool = Field(False, description="Turn MIG mode on for these GPUs.")
     mig_devices: dict[MigProfile, Annotated[int, Field(ge=1, le=7)]] = Field(
@@ -56,13 +74,20 @@ class PartitionProfile(ConfigModel):
         default_factory=dict,
         description="Nodes with all these labels get this profile; empty: only nodes naming it in a label.",
     )
-    amd: AmdPartition | None = Field(None, description="AMD compute/memory partitioning.")
+    amd: AmdPartition | None = Field(
+        None, description="AMD compute/memory partitioning of every AMD GPU no amdModels entry covers."
+    )
+    amd_models: list[AmdModelPartition] = Field(
+        default_factory=list,
+        max_length=32,
+        description="AMD partitioning per GPU model; a GPU takes the first entry naming its model.",
+    )
     nvidia: list[MigDeviceGroup] | None = Field(None, max_length=64, description="NVIDIA MIG layout.")
 
     @model_validator(mode="after")
     def _has_a_layout(self) -> PartitionProfile:
-        if self.amd is None and self.nvidia is None:
-            raise ValueError(f"profile {self.name}: set amd, nvidia or both")
+        if self.amd is None and not self.amd_models and self.nvidia is None:
+            raise ValueError(f"profile {self.name}: set amd, amdModels, nvidia or more than one")
         return self
 
 

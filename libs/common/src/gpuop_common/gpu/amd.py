@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import errno
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpuop_common.gpu import amd_ids
 from gpuop_common.gpu.amd_inventory import AmdGpuSource, build_inventory
-from gpuop_common.gpu.amd_partition import PartitionPlanError, plan_writes
+from gpuop_common.gpu.amd_partition import MEMORY_ATTR, PartitionPlanError, plan_writes
 from gpuop_common.gpu.amd_telemetry import read_ras, read_telemetry
 from gpuop_common.gpu.amd_topology import TopologyCache
 from gpuop_common.gpu.base import GpuBackend
@@ -249,10 +249,16 @@ class AmdSysfsBackend(GpuBackend):
             target = source.device_dir / write.attr
             try:
                 self._write(target, write.value)
+                in_force = target.read_text().strip().upper() if write.attr == MEMORY_ATTR else write.value
             except OSError as exc:
                 name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
                 raise PartitionWriteError(gpu.id, str(target), str(exc), name) from exc
             log.info("GPU %s: wrote %s to %s", gpu.id, write.value, target)
+            if in_force != write.value:
+                # The driver took the memory partition as a request for its next load: the writes
+                # after it are checked against the mode in force then, so they wait for the reload.
+                log.info("GPU %s: memory partition %s pending a driver reload", gpu.id, write.value)
+                return replace(self.get_partition_mode(gpu.id), pending_memory=write.value)
         return self.get_partition_mode(gpu.id)
 
 

@@ -75,7 +75,9 @@ class GpuLink:
 class PartitionState:
     """Current and allowed partition modes of one physical GPU.
 
-    AMD: compute SPX/DPX/TPX/QPX/CPX and memory NPS1..NPS8. NVIDIA: compute `none`/`mig`, memory unused,
+    AMD: compute SPX/DPX/TPX/QPX/CPX and memory NPS1..NPS8; `pending_memory` is a memory partition
+    just written that comes into force at the next driver reload (sysfs shows no pending request,
+    so only the write's answer carries it). NVIDIA: compute `none`/`mig`, memory unused,
     `pending_compute` is the MIG mode that applies after the next GPU reset.
     """
 
@@ -84,6 +86,7 @@ class PartitionState:
     available_compute: tuple[str, ...] = ()
     available_memory: tuple[str, ...] = ()
     pending_compute: str | None = None
+    pending_memory: str | None = None
 
     @property
     def key(self) -> str | None:

@@ -1,17 +1,20 @@
 """A partition profile against the GPUs of one node (pure): what each GPU must become, or why not.
 
 `plan_profile` turns a PartitionProfile and the node's inventory into one target per GPU it touches
-and a list of reasons it cannot be applied (a mode the GPU does not offer, a compute/memory pair the
-driver refuses, a MIG layout that does not fit, a GPU index that does not exist). A non-empty list
-means: touch nothing. `gpu_matches` says whether a GPU is already in its target state.
+(an AMD GPU takes the first `amdModels` entry naming its model, else `amd`; an NVIDIA group with
+`models` covers only GPUs of those models) and a list of reasons it cannot be applied (a mode the
+GPU does not offer, a compute/memory pair the driver refuses, a MIG layout that does not fit, a GPU
+index that does not exist). A non-empty list means: touch nothing. `gpu_matches` says whether a
+GPU is already in its target state.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuop_common.config.config_manager import PartitionProfile
+from gpuop_common.config.config_manager import AmdPartition, PartitionProfile
 from gpuop_common.gpu.amd_partition import PartitionPlanError, pair_refusal, plan_writes
 from gpuop_common.gpu.mig_geometry import fit_refusal
 from gpuop_common.gpu.models import GpuDevice, Vendor
@@ -51,17 +54,42 @@ def _by_vendor(gpus: list[GpuDevice], vendor: Vendor) -> list[GpuDevice]:
     return sorted((g for g in gpus if g.vendor is vendor), key=lambda g: g.index)
 
 
+def model_matches(model: str, gpu: GpuDevice) -> bool:
+    """Whether `model` names this GPU: its PCI device id (`0x74a1`), or words of its model or FRU
+    product name, whole and in any case (`MI300X` matches "AMD Instinct MI300X", `MI300` does not)."""
+    wanted = model.strip().lower()
+    if re.fullmatch(r"0x[0-9a-f]{1,4}", wanted):
+        return int(wanted, 16) == gpu.pci.device_id
+    pattern = re.compile(rf"(?<![a-z0-9]){re.escape(wanted)}(?![a-z0-9])")
+    return any(pattern.search(name.lower()) for name in (gpu.model, gpu.product_name or "") if name)
+
+
+def _amd_entries(profile: PartitionProfile) -> list[tuple[str, AmdPartition, tuple[str, ...]]]:
+    """(field name, partition, models; empty = any) in the order a GPU looks for its entry."""
+    entries: list[tuple[str, AmdPartition, tuple[str, ...]]] = [
+        (f"amdModels[{n}]", entry, tuple(entry.models)) for n, entry in enumerate(profile.amd_models)
+    ]
+    if profile.amd is not None:
+        entries.append(("amd", profile.amd, ()))
+    return entries
+
+
 def _amd_targets(
     profile: PartitionProfile, gpus: list[GpuDevice], xcc: Mapping[str, int | None], reasons: list[str]
 ) -> list[GpuTarget]:
-    amd = profile.amd
-    if amd is None:
-        return []
+    entries = _amd_entries(profile)
     targets: list[GpuTarget] = []
     present = _by_vendor(gpus, Vendor.AMD)
-    for index in sorted(set(amd.skipped_gpus) - set(range(len(present)))):
-        reasons.append(f"amd.skippedGpus: GPU index {index} does not exist ({len(present)} AMD GPUs)")
+    for field_name, entry, _models in entries:
+        for index in sorted(set(entry.skipped_gpus) - set(range(len(present)))):
+            reasons.append(
+                f"{field_name}.skippedGpus: GPU index {index} does not exist ({len(present)} AMD GPUs)"
+            )
     for index, gpu in enumerate(present):
+        chosen = next((e for e in entries if not e[2] or any(model_matches(m, gpu) for m in e[2])), None)
+        if chosen is None:
+            continue  # a model no entry names, and no `amd` for the rest: left as it is
+        amd = chosen[1]
         if index in amd.skipped_gpus:
             continue
         where = f"AMD GPU {index} ({gpu.pci_address})"
@@ -113,6 +141,11 @@ def _nvidia_targets(profile: PartitionProfile, gpus: list[GpuDevice], reasons: l
             where = f"nvidia[{number}].devices: GPU index {index}"
             if index >= len(present):
                 reasons.append(f"{where} does not exist ({len(present)} NVIDIA GPUs)")
+                continue
+            if group.models and not any(model_matches(m, present[index]) for m in group.models):
+                if group.devices:  # named by index, yet not of the group's models
+                    names = ", ".join(group.models)
+                    reasons.append(f"{where} is a {present[index].model}, not one of models {names}")
                 continue
             if index in claimed:
                 reasons.append(f"{where} is already set by nvidia[{claimed[index]}]")

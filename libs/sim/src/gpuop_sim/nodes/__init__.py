@@ -8,6 +8,8 @@ from gpuop_sim.nodes.amd_driver import OpenDevice, hold_open
 from gpuop_sim.nodes.faults import (
     FaultError,
     VanishedGpu,
+    active_faults,
+    break_gpu,
     inject_xid,
     raise_ras,
     remove_file,
@@ -35,6 +37,8 @@ __all__ = [
     "OpenDevice",
     "UnknownProfileError",
     "VanishedGpu",
+    "active_faults",
+    "break_gpu",
     "build_node_root",
     "hold_open",
     "inject_xid",

@@ -12,10 +12,16 @@ of `current_compute_partition` / `current_memory_partition` under a root laid wi
   `generation_id` is bumped once the new tree is in place (mi300x_layout swaps it in atomically).
 Any other path is written as a plain file.
 
-Differences from the kernel (stated, not hidden): a memory-partition change takes effect at once
-(the kernel applies it at the next driver reload), and a memory write is refused with EINVAL when the
-compute mode in force would not be accepted under it (the kernel picks a compute mode at reload).
-"Open" is modelled by `hold_open(root, "/dev/dri/renderD128")`, which tests and the simulator call.
+A memory-partition write is a request, as on the kernel (amdgpu-sysfs.md 3.1: "takes effect after
+driver reload/reset"): it is checked the same way, then kept pending in the driver state while
+`current_memory_partition` still shows the mode in force; the next load of the module (`modprobe
+amdgpu` after `modprobe -r amdgpu`, or a boot: `apply_pending`, called by the host-command fakes)
+puts it in force and bumps `generation_id`. Writing the mode in force again cancels the request.
+
+Differences from the kernel (stated, not hidden): a memory write is refused with EINVAL when the
+compute mode in force would not be accepted under it (the kernel picks a compute mode at reload),
+and both writes fail with EBUSY while a device node is open. "Open" is modelled by
+`hold_open(root, "/dev/dri/renderD128")`, which tests and the simulator call.
 """
 
 from __future__ import annotations
@@ -64,6 +70,18 @@ def _driver_root(path: Path) -> Path | None:
         if (parent / DRIVER_STATE).is_file():
             return parent
     return None
+
+
+def apply_pending(root: Path) -> None:
+    """At a load of amdgpu on `root`: the requested memory partitions come into force (no-op on
+    a root without the simulated MI300X driver)."""
+    if (root / DRIVER_STATE).is_file():
+        SimAmdDriver(root).apply_pending()
+
+
+def in_use(root: Path) -> bool:
+    """Whether any amdgpu device node is held open (`modprobe -r amdgpu` then refuses)."""
+    return bool(open_devices(root))
 
 
 def write_attr(path: Path, value: str) -> None:
@@ -162,24 +180,65 @@ class SimAmdDriver:
                 new_compute, new_memory = compute, wanted
             if pair_refusal(new_compute, new_memory, self.num_xcc) is not None:
                 raise _fail(errno.EINVAL, path)
-            if (new_compute, new_memory) == (compute, memory):
+            if path.name == MEMORY_ATTR:
+                self._request_memory(position, bdf, wanted, memory)
+                return
+            if new_compute == compute:
                 return
             if self._busy(position):
                 raise _fail(errno.EBUSY, path)
-            if new_compute != compute:
-                modes = self.modes()
-                modes[position] = new_compute
-                mi300x_layout.write_topology(self.root, modes, self.num_xcc)
-                # Every GPU, not only this one: a capture-laid GPU (the CPX capture's last GPU shows
-                # 7 of its 8 partitions) gets its full set when the driver first rebuilds the topology.
-                for gpu, mode in enumerate(modes):
-                    self._relay_drm(gpu, mode)
-            # A memory-only change keeps the KFD nodes (this layout has no per-NPS memory banks):
-            # the attribute changes and the generation moves on, as after the kernel's reload.
+            modes = self.modes()
+            modes[position] = new_compute
+            mi300x_layout.write_topology(self.root, modes, self.num_xcc)
+            # Every GPU, not only this one: a capture-laid GPU (the CPX capture's last GPU shows
+            # 7 of its 8 partitions) gets its full set when the driver first rebuilds the topology.
+            for gpu, mode in enumerate(modes):
+                self._relay_drm(gpu, mode)
             # The attribute changes with the new topology in place, then the generation moves on:
             # a reader never pairs the new mode with the old KFD nodes for longer than a write.
             (self._ddir(bdf) / path.name).write_text(wanted + "\n")
             self._bump_generation()
+
+    def _request_memory(self, position: int, bdf: str, wanted: str, memory: str) -> None:
+        pending = self._pending()
+        if pending.get(bdf, memory) == wanted:
+            return
+        if self._busy(position):
+            raise _fail(errno.EBUSY, self._ddir(bdf) / MEMORY_ATTR)
+        if wanted == memory:
+            pending.pop(bdf, None)  # back to the mode in force: nothing left to switch
+        else:
+            pending[bdf] = wanted
+        self._save_pending(pending)
+
+    def pending_memory(self) -> dict[str, str]:
+        """PCI address -> memory partition requested, for the GPUs with a switch pending."""
+        return dict(self._pending())
+
+    def apply_pending(self) -> None:
+        """What the module's load does with the requested memory partitions: puts them in force.
+        A memory-only change keeps the KFD nodes (this layout has no per-NPS memory banks): the
+        attribute changes and the generation moves on."""
+        with self._locked():
+            pending = self._pending()
+            if not pending:
+                return
+            for bdf, mode in pending.items():
+                (self._ddir(bdf) / MEMORY_ATTR).write_text(mode + "\n")
+            self._save_pending({})
+            self._bump_generation()
+
+    def _pending(self) -> dict[str, str]:
+        state = json.loads((self.root / DRIVER_STATE).read_text())
+        return {str(k): str(v) for k, v in (state.get("pending_memory") or {}).items()}
+
+    def _save_pending(self, pending: dict[str, str]) -> None:
+        path = self.root / DRIVER_STATE
+        state = json.loads(path.read_text())
+        state["pending_memory"] = pending
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(state) + "\n")
+        os.replace(tmp, path)
 
     # layout --------------------------------------------------------------------------------------
     def _xcp_name(self, position: int, k: int) -> str:

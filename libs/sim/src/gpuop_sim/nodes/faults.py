@@ -2,6 +2,11 @@
 
 All helpers work on a root laid by `build_node_root`; AMD faults edit sysfs files, NVIDIA faults edit
 the fake NVML state file (seen by every process using that node's fake NVML).
+
+The GPU-breaking ones (`raise_ras`, `vanish_gpu`, `inject_xid`, or `break_gpu` naming the kind) are
+recorded in the root's fault record (`gpuop_sim.faultstate`): the fake `amd-smi reset` /
+`nvidia-smi -r` undo a GPU's faults unless one was made with `needs_reboot=True`, the fake `reboot`
+undoes them all.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pathlib import Path
 from gpuop_common.gpu.amd_topology import KFD_TOPOLOGY, read_topology
 from gpuop_common.gpu.sysfs import parse_properties
 
+from gpuop_sim import faultstate
 from gpuop_sim.nodes.nvml_state import STATE_RELPATH, GpuState, NvmlState, XidEvent, load_state, save_state
 
 STASH = Path(".gpuop-sim-stash")
@@ -60,10 +66,14 @@ def update_nvml_state(root: Path, change: Callable[[NvmlState], None]) -> NvmlSt
 
 def _nvidia_gpu(state: NvmlState, gpu: str) -> GpuState:
     for index, entry in enumerate(state.gpus):
-        bdf = f"0000:{entry.bus_id.split(':', 1)[1]}".lower()
-        if gpu in (entry.uuid, bdf, str(index)):
+        if gpu in (entry.uuid, _nvidia_pci(entry), str(index)):
             return entry
     raise FaultError(f"no NVIDIA GPU {gpu!r}")
+
+
+def _nvidia_pci(entry: GpuState) -> str:
+    """NVML's `00000000:18:00.0` as the kernel names it: `0000:18:00.0`."""
+    return f"0000:{entry.bus_id.split(':', 1)[1]}".lower()
 
 
 @dataclass
@@ -73,15 +83,29 @@ class VanishedGpu:
     root: Path
     moved: list[tuple[Path, Path]] = field(default_factory=list)
     nvidia_uuid: str | None = None
+    fault_id: str = ""
 
     def restore(self) -> None:
         for original, stashed in reversed(self.moved):
-            original.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(stashed, original)
+            if stashed.exists() or stashed.is_symlink():  # not already put back by a reset or reboot
+                original.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(stashed, original)
         self.moved.clear()
         if self.nvidia_uuid is not None:
             wanted = self.nvidia_uuid
             update_nvml_state(self.root, lambda s: setattr(_nvidia_gpu(s, wanted), "lost", False))
+        faultstate.forget(self.root, self.fault_id)
+
+    def _record(self, gpu: str, needs_reboot: bool) -> None:
+        fault = faultstate.Fault(
+            kind="vanished",
+            gpu=gpu,
+            needs_reboot=needs_reboot,
+            detail="GPU vanished",
+            moved=[(str(o.relative_to(self.root)), str(s.relative_to(self.root))) for o, s in self.moved],
+            nvidia_uuid=self.nvidia_uuid or "",
+        )
+        self.fault_id = faultstate.record(self.root, fault).id
 
 
 def _stash(vanished: VanishedGpu, path: Path) -> None:
@@ -93,7 +117,7 @@ def _stash(vanished: VanishedGpu, path: Path) -> None:
     vanished.moved.append((path, target))
 
 
-def vanish_gpu(root: Path, gpu: str) -> VanishedGpu:
+def vanish_gpu(root: Path, gpu: str, *, needs_reboot: bool = False) -> VanishedGpu:
     """AMD (gpu = PCI address): remove its KFD nodes, DRM card/render entries and /dev nodes.
     NVIDIA (gpu = UUID, PCI address or index): NVML answers GPU_IS_LOST and /dev/nvidiaN is gone."""
     vanished = VanishedGpu(root)
@@ -103,6 +127,7 @@ def vanish_gpu(root: Path, gpu: str) -> VanishedGpu:
         update_nvml_state(root, lambda s: setattr(_nvidia_gpu(s, target.uuid), "lost", True))
         vanished.nvidia_uuid = target.uuid
         _stash(vanished, root / "dev" / f"nvidia{target.minor_number}")
+        vanished._record(_nvidia_pci(target), needs_reboot)
         return vanished
     device_dir = amd_device_dir(root, gpu)
     nodes = [n for n in read_topology(root) if n.is_gpu and n.parent_bdf == gpu]
@@ -120,10 +145,13 @@ def vanish_gpu(root: Path, gpu: str) -> VanishedGpu:
             _stash(vanished, entry)
             _stash(vanished, root / "dev/dri" / entry.name)
     _stash(vanished, root / "sys/bus/pci/devices" / gpu)
+    vanished._record(gpu.lower(), needs_reboot)
     return vanished
 
 
-def raise_ras(root: Path, pci_address: str, block: str = "umc", by: int = 1) -> int:
+def raise_ras(
+    root: Path, pci_address: str, block: str = "umc", by: int = 1, *, needs_reboot: bool = False
+) -> int:
     """Add `by` uncorrectable errors to `ras/<block>_err_count`; returns the new count."""
     path = amd_device_dir(root, pci_address) / "ras" / f"{block}_err_count"
     if not path.exists():
@@ -131,6 +159,16 @@ def raise_ras(root: Path, pci_address: str, block: str = "umc", by: int = 1) -> 
     counts = dict(line.split(": ") for line in path.read_text().splitlines() if ": " in line)
     counts["ue"] = str(int(counts.get("ue", "0")) + by)
     path.write_text("".join(f"{key}: {value}\n" for key, value in counts.items()))
+    # The record names the file through the PCI link, as the reset fake and the playbook find it.
+    relpath = f"sys/bus/pci/devices/{pci_address.lower()}/ras/{block}_err_count"
+    fault = faultstate.Fault(
+        "ras",
+        pci_address.lower(),
+        needs_reboot,
+        f"RAS block {block} +{by} uncorrectable",
+        ras_files=[relpath],
+    )
+    faultstate.record(root, fault)
     return int(counts["ue"])
 
 
@@ -154,9 +192,12 @@ def inject_xid(
     *,
     gpu_instance_id: int | None = None,
     compute_instance_id: int | None = None,
+    needs_reboot: bool = False,
 ) -> XidEvent:
-    """Queue an XID critical-error event for the GPU (UUID, PCI address or index)."""
+    """Queue an XID critical-error event for the GPU (UUID, PCI address or index); until a reset (or
+    for `needs_reboot`, a reboot) the fake `nvidia-smi` reports `reset_status.reset_required` Yes."""
     created: list[XidEvent] = []
+    pci: list[str] = []
 
     def add(state: NvmlState) -> None:
         target = _nvidia_gpu(state, gpu)
@@ -169,9 +210,34 @@ def inject_xid(
         )
         state.events.append(event)
         created.append(event)
+        pci.append(_nvidia_pci(target))
 
     update_nvml_state(root, add)
+    faultstate.record(root, faultstate.Fault("xid", pci[0], needs_reboot, f"XID {xid}"))
     return created[0]
+
+
+BREAK_KINDS = faultstate.KINDS
+
+
+def break_gpu(root: Path, gpu: str, kind: str = "ras", *, needs_reboot: bool = False) -> faultstate.Fault:
+    """Make one GPU (PCI address; NVIDIA also UUID or index) unhealthy the way `kind` says:
+    `ras` (AMD: +1 uncorrectable umc error), `vanished` (its KFD/DRM nodes or NVML device gone),
+    `xid` (NVIDIA: critical XID 79). Returns the recorded fault."""
+    if kind == "ras":
+        raise_ras(root, gpu, needs_reboot=needs_reboot)
+    elif kind == "vanished":
+        vanish_gpu(root, gpu, needs_reboot=needs_reboot)
+    elif kind == "xid":
+        inject_xid(root, gpu, 79, needs_reboot=needs_reboot)
+    else:
+        raise FaultError(f"fault kind {kind!r}: expected one of {', '.join(BREAK_KINDS)}")
+    return faultstate.load(root)[-1]
+
+
+def active_faults(root: Path) -> list[faultstate.Fault]:
+    """The GPU faults not yet undone by a reset or a reboot."""
+    return faultstate.active(root)
 
 
 def set_temperature(root: Path, gpu: str, celsius: float, sensor: str = "junction") -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from gpuop_sim.workloads.kubeapi import JSON_PATCH, NODES, KubeRest, is_status
+from gpuop_sim.workloads.kubeapi import JSON_PATCH, NODES, STRATEGIC_MERGE_PATCH, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, spec_of, status_of
 from gpuop_sim.workloads.scheduling import NOT_READY_TAINT
 from gpuop_sim.workloads.simkubelet.status import node_ready_conditions
@@ -56,7 +56,8 @@ def mark_ready(rest: KubeRest, node_name: str, address: str, now: str) -> None:
         "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": node_name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
     }
-    rest.patch(NODES, node_name, {"status": status}, sub="status")
+    # Strategic merge, as the kubelet patches: conditions merge by type, so others' (GPUHealthy) stay.
+    rest.patch(NODES, node_name, {"status": status}, sub="status", content_type=STRATEGIC_MERGE_PATCH)
     for _attempt in range(10):
         node = rest.get(NODES, node_name)
         kept = without_not_ready_taint(node)
@@ -85,7 +86,13 @@ def mark_not_ready(rest: KubeRest, node_name: str, now: str, message: str) -> No
     for cond in conditions:
         if cond["type"] == "Ready":
             cond.update(status="False", reason="KubeletNotReady", message=message)
-    rest.patch(NODES, node_name, {"status": {"conditions": conditions}}, sub="status")
+    rest.patch(
+        NODES,
+        node_name,
+        {"status": {"conditions": conditions}},
+        sub="status",
+        content_type=STRATEGIC_MERGE_PATCH,
+    )
     for _attempt in range(10):
         node = rest.get(NODES, node_name)
         taints = list(spec_of(node).get("taints") or [])
