@@ -108,3 +108,26 @@ def test_no_driver_flag_starts_gpu_nodes_without_a_driver() -> None:
 
     assert cluster_from_args(build_parser().parse_args(["serve", "--no-driver"])).driver_loaded is False
     assert cluster_from_args(build_parser().parse_args(["serve"])).driver_loaded is True
+
+
+def test_break_gpu_makes_one_gpu_unhealthy_and_names_bad_input(tmp_path: Path) -> None:
+    from gpuop_sim.nodes import build_node_root
+    from gpuop_sim.nodes.faults import active_faults
+
+    info = build_node_root("amd-mi300x-spx", tmp_path / "root")
+    gpu = info.pci_addresses[0]
+    done = subprocess.run(
+        [str(GPUOP_SIM), "break-gpu", "--root", str(info.root), gpu], capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert '"kind": "ras"' in done.stdout and [f.gpu for f in active_faults(info.root)] == [gpu]
+    for bad, message in (
+        (["0000:ff:00.0"], "0000:ff:00.0"),  # no such GPU on the node
+        ([gpu, "--kind", "melted"], "invalid choice"),
+    ):
+        done = subprocess.run(
+            [str(GPUOP_SIM), "break-gpu", "--root", str(info.root), *bad], capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode != 0 and message in done.stderr, done.stderr

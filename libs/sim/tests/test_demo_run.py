@@ -17,6 +17,8 @@ from gpuop_sim.demo import (
     NodeRow,
     PodCell,
     Tone,
+    break_due,
+    health_of,
     node_rows,
     partition_due,
     pod_cell,
@@ -265,6 +267,33 @@ def test_the_mi300x_spx_node_is_labelled_for_cpx_once_its_config_manager_is_read
     assert partition_due(sims, nodes, pods) == ["spx"]
     rows = node_rows(sims, nodes, pods)
     assert {r.node: r.partition for r in rows if r.partition != "-"} == {"spx-labelled": "cpx_nps4 success"}
+
+
+def test_the_mi300x_cpx_node_breaks_once_after_a_passed_self_check_and_health_shows_remediation() -> None:
+    def sim(name: str, profile: str) -> SimNode:
+        return SimNode(name, profile, "amd", 8, Path("/x"), "127.0.0.1")
+
+    def healthy(status: str, reason: str = "GPUsHealthy") -> dict[str, Any]:
+        return {"conditions": [{"type": "Ready", "status": "True"}, {"type": "GPUHealthy", "status": status,
+                                                                     "reason": reason}]}  # fmt: skip
+
+    sims = [sim(n, "amd-mi300x-cpx") for n in ("due", "unchecked", "done-before", "broken")]
+    sims.append(sim("spx", "amd-mi300x-spx"))
+    passed = {"gpuop.dev/gpu.test-result": "passed"}
+    nodes = [
+        {**gpu_node("due", labels=passed), "status": healthy("True")},
+        {**gpu_node("unchecked"), "status": healthy("True")},  # no self-check answer yet
+        {**gpu_node("done-before", labels=passed), "status": healthy("True")},  # broken and repaired
+        {
+            **gpu_node("broken", labels={**passed, "gpuop.dev/remediation-state": "draining"}),
+            "status": healthy("False", "RasUncorrectableIncrease"),
+        },
+        {**gpu_node("spx", labels=passed), "status": healthy("True")},  # another profile
+    ]
+    assert break_due(sims, nodes, broken={"done-before", "broken"}) == ["due"]
+    health = {r.node: r.health for r in node_rows(sims, nodes, [])}
+    assert health["broken"] == "unhealthy RasUncorrectableIncrease; remediation=draining"
+    assert health["due"] == "healthy" and health_of(gpu_node("fresh")) == "-"
 
 
 CHART_YAML = "apiVersion: v2\nname: gpu-operator\nversion: 0.1.0\n"

@@ -65,6 +65,7 @@ class World:
     finished: list[str] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
     allocatable_expected: bool = True  # a device plugin advertises the GPUs
+    advertises: bool = True  # False: its GPUs never reach allocatable (nothing registers them)
 
     def step(self, config: DriverConfig, seconds: float = 10.0) -> DriverPlan:
         self.now += seconds
@@ -113,6 +114,15 @@ class World:
                     self.operand_pods.discard((name, service))
                 elif value == "true" and label.startswith("gpuop.dev/deploy."):
                     self.operand_pods.add((name, service))
+        # The kubelet: a stopped device plugin's devices leave allocatable at once; its pod back,
+        # they return (the re-registration, one pass later for the planner).
+        for name, node in self.nodes.items():
+            if node.labels.get(DP) == PAUSE_VALUE and node.gpus_allocatable:
+                self.nodes[name] = dataclasses.replace(node, gpus_allocatable=0)
+            elif (
+                self.advertises and (name, "device-plugin") in self.operand_pods and not node.gpus_allocatable
+            ):
+                self.nodes[name] = dataclasses.replace(node, gpus_allocatable=8)
         self.events += [(e.node, e.reason, e.message) for e in plan.events]
         self.finished += [node for node, _ in plan.finished]
         self.durations += [seconds for _, seconds in plan.finished]
@@ -505,12 +515,12 @@ def test_without_a_device_plugin_validation_needs_no_gpus_in_allocatable() -> No
     nodes = {
         name: dataclasses.replace(node, gpus_allocatable=0) for name, node in installed_cluster(1).items()
     }
-    waiting = World(dict(nodes))
+    waiting = World(dict(nodes), advertises=False)
     for _ in range(12):
         plan = waiting.step(driver("6.2"))
     assert parse_state(waiting.nodes["n00"].labels[STATE_LABEL]) is UpgradeState.VALIDATING
     assert plan.states["n00"].message == "waiting for the GPUs in allocatable"
-    without_plugin = World(dict(nodes), allocatable_expected=False)
+    without_plugin = World(dict(nodes), allocatable_expected=False, advertises=False)
     for _ in range(12):
         without_plugin.step(driver("6.2"))
     assert without_plugin.nodes["n00"].labels[STATE_LABEL] == UpgradeState.DONE.value

@@ -4,11 +4,17 @@
 
 prints one JSON line once the cluster is ready ({"port", "url", "kubeconfig", "state_dir", "nodes":
 {name: root}}) and runs until SIGTERM/SIGINT, then stops every simulated process and exits 0.
+
+    gpuop-sim break-gpu --root <node root> 0000:05:00.0 [--kind ras|vanished|xid] [--needs-reboot]
+
+makes that GPU unhealthy (gpuop_sim.nodes.faults.break_gpu) and prints the recorded fault as JSON; a
+GPU reset (the fakes' `amd-smi reset` / `nvidia-smi -r`) clears it, unless it needs a reboot.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import signal
@@ -19,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.nodes import PROFILES
+from gpuop_sim.nodes import PROFILES, faults
 
 KNOWN_PROFILES = tuple(PROFILES)
 
@@ -104,7 +110,26 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="run a simulated cluster until SIGTERM/SIGINT")
     add_cluster_arguments(serve, amd_default=1, nvidia_default=1)
+    broken = commands.add_parser(
+        "break-gpu", help="make one GPU of a simulated node unhealthy (the node's root from `serve`)"
+    )
+    broken.add_argument("--root", type=Path, required=True, help="the node's root (serve prints them)")
+    broken.add_argument("gpu", help="PCI address (NVIDIA: also UUID or index)")
+    broken.add_argument("--kind", choices=faults.BREAK_KINDS, default="ras", help="what breaks (default ras)")
+    broken.add_argument(
+        "--needs-reboot", action="store_true", help="a GPU reset does not clear it; a reboot does"
+    )
     return parser
+
+
+def break_gpu(args: argparse.Namespace) -> int:
+    try:
+        fault = faults.break_gpu(args.root, args.gpu, args.kind, needs_reboot=args.needs_reboot)
+    except (faults.FaultError, OSError, ValueError, KeyError) as error:
+        print(f"gpuop-sim break-gpu: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(dataclasses.asdict(fault)))
+    return 0
 
 
 def stop_event_on_signals() -> threading.Event:
@@ -145,7 +170,10 @@ def serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = getattr(args, "log_level", "WARNING")  # break-gpu has no --log-level
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
         return serve(args)
+    if args.command == "break-gpu":
+        return break_gpu(args)
     return 2

@@ -6,7 +6,9 @@ of nodes (vendor, GPU profile, rollout stage from `gpuop.dev/` labels/annotation
 resources, self-check result, metrics URLs) redrawn in place until Ctrl-C. Once a node's test
 runner is ready the demo asks it for the self-check, as an admin would with `kubectl annotate`; once
 the config manager is Ready on the MI300X SPX node it labels that node for CPX/NPS4 (`--no-partition`
-not), and the `partition` column shows it quiesce, apply and come back with 64 partitions.
+not), and the `partition` column shows it quiesce, apply and come back with 64 partitions; once the
+MI300X CPX node passed its self-check it breaks one of its GPUs (`--no-break` not), and the `health`
+column shows the node labeller's GPUHealthy condition and the node go through remediation and back.
 Each pod shows what `kubectl get pods` would (`device-plugin CrashLoopBackOff x26`: its container's
 waiting/terminated reason and restart count), coloured on a terminal. `--no-live`, or a stdout that
 is not a terminal (`make demo | tee demo.log`), prints the table on each change instead;
@@ -25,6 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 
 import yaml
+from gpuop_common.gpu import AmdSysfsBackend
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -34,6 +37,7 @@ from gpuop_sim import helm
 from gpuop_sim.binaries import MissingBinaryError, find_binary, repo_root
 from gpuop_sim.cli import add_cluster_arguments, cluster_from_args, stop_event_on_signals
 from gpuop_sim.cluster import PROFILE_LABEL, SimCluster, SimNode
+from gpuop_sim.nodes import faults
 from gpuop_sim.workloads.kubeapi import NODES, PODS
 from gpuop_sim.workloads.objects import (
     Obj,
@@ -66,6 +70,12 @@ DEMO_DRIVER_VERSIONS = {"amd": "6.12", "nvidia": "570.124.06"}
 CONFIG_MANAGER = "config-manager"
 DEMO_PARTITION_NODE_PROFILE = "amd-mi300x-spx"
 DEMO_PARTITION_PROFILE = {"name": "cpx-nps4", "amd": {"computePartition": "CPX", "memoryPartition": "NPS4"}}
+# Unless --no-break: the AMD DeviceConfig remediates, and once the MI300X CPX node has passed its
+# self-check the demo breaks one of its GPUs (an uncorrectable RAS error), as `gpuop-sim break-gpu`.
+DEMO_BREAK_NODE_PROFILE = "amd-mi300x-cpx"
+DEMO_REMEDIATION = {"enable": True, "conditionHoldSeconds": 5, "resetClearSeconds": 60}
+GPU_HEALTHY = "GPUHealthy"
+REMEDIATION_STATE_LABEL = "gpuop.dev/remediation-state"
 PARTITION_PROFILE_LABEL = "gpuop.dev/gpu-config-profile"
 PARTITION_STATE_LABEL = "gpuop.dev/gpu-config-state"
 AMD_PARTITION_LABEL = "amd.com/gpu.compute-memory-partition"
@@ -125,6 +135,7 @@ class NodeRow:
     pod_cells: tuple[PodCell, ...] = ()
     self_check: str = "-"
     partition: str = "-"
+    health: str = "-"
 
     @property
     def pods_text(self) -> str:
@@ -215,6 +226,7 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
                 pod_cells=tuple(pod_cell(p) for p in sorted(on_node, key=_pod_name)),
                 self_check=self_check_of(node),
                 partition=partition_of(node),
+                health=health_of(node),
             )
         )
     return rows
@@ -283,8 +295,8 @@ def _gpus(profile: str, sim: SimNode | None) -> str:
 
 def render(rows: Sequence[NodeRow]) -> Table:
     table = Table(title="gpuop simulated cluster", expand=False)
-    columns = ("node", "vendor", "gpus", "ready", "stage", "pods", "allocatable", "partition")
-    columns += ("self-check", "metrics")
+    columns: tuple[str, ...] = ("node", "vendor", "gpus", "ready", "stage", "pods", "allocatable")
+    columns += ("partition", "self-check", "health", "metrics")
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -298,6 +310,7 @@ def render(rows: Sequence[NodeRow]) -> Table:
             row.resources,
             row.partition,
             row.self_check,
+            row.health,
             row.metrics,
         )
     return table
@@ -312,11 +325,13 @@ def kubectl_hint(kubeconfig: Path) -> str:
     return f"{kubectl} --kubeconfig {kubeconfig} get nodes {labels}"
 
 
-def device_config_values(chart: Path, out: Path, *, driver: bool, partitions: bool) -> Path:
+def device_config_values(
+    chart: Path, out: Path, *, driver: bool, partitions: bool, remediation: bool = False
+) -> Path:
     """A values file for `chart` whose DeviceConfigs (the chart's own, so names, selectors and the
     rest stay) also install the driver (`driver`, host commands going to the simulator's fakes)
-    and, on AMD, run the config manager with the demo's profile (`partitions`); helm's `--set` on a
-    list index would replace the whole list."""
+    and, on AMD, run the config manager with the demo's profile (`partitions`) and remediate
+    (`remediation`); helm's `--set` on a list index would replace the whole list."""
     defaults = yaml.safe_load((chart / "values.yaml").read_text()) or {}
     configs = []
     for config in defaults.get("deviceConfigs") or []:
@@ -327,6 +342,8 @@ def device_config_values(chart: Path, out: Path, *, driver: bool, partitions: bo
             spec["driver"] = {"enable": True, "version": version, "upgradePolicy": {"rebootRequired": False}}
         if partitions and vendor == "amd":
             spec["configManager"] = {"enable": True, "profiles": [DEMO_PARTITION_PROFILE]}
+        if remediation and vendor == "amd":
+            spec["remediation"] = dict(DEMO_REMEDIATION)
         configs.append({**config, "spec": spec})
     out.write_text(yaml.safe_dump({"deviceConfigs": configs}, sort_keys=False))
     return out
@@ -345,6 +362,33 @@ def partition_due(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequ
         name_of(n)
         for n in sorted(nodes, key=name_of)
         if name_of(n) in wanted & ready_on and PARTITION_PROFILE_LABEL not in labels_of(n)
+    ]
+
+
+def gpu_healthy(node: Obj) -> tuple[str, str]:
+    """(status, reason) of the node labeller's GPUHealthy condition; ("", "") before it wrote one."""
+    for condition in status_of(node).get("conditions") or []:
+        if condition.get("type") == GPU_HEALTHY:
+            return str(condition.get("status", "")), str(condition.get("reason", ""))
+    return "", ""
+
+
+def health_of(node: Obj) -> str:
+    """`healthy`, `unhealthy RasUncorrectableIncrease`, then the remediation step when one runs."""
+    status, reason = gpu_healthy(node)
+    text = {"True": "healthy", "False": f"unhealthy {reason}".strip(), "Unknown": "unknown"}.get(status, "-")
+    state = labels_of(node).get(REMEDIATION_STATE_LABEL)
+    return f"{text}; remediation={state}" if state else text
+
+
+def break_due(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], broken: set[str]) -> list[str]:
+    """Nodes of the demo's break profile that passed their self-check with healthy GPUs and that
+    the demo has not broken before (pure)."""
+    wanted = {n.name for n in sim_nodes if n.profile == DEMO_BREAK_NODE_PROFILE}
+    return [
+        name_of(n)
+        for n in sorted(nodes, key=name_of)
+        if name_of(n) in wanted - broken and self_check_of(n) == "passed" and gpu_healthy(n)[0] == "True"
     ]
 
 
@@ -396,11 +440,15 @@ def install_operator_chart(
 class Snapshots:
     """Reads the cluster for the table and asks each node's ready test runner for the self-check once."""
 
-    def __init__(self, cluster: SimCluster, console: Console, *, partitions: bool = False) -> None:
+    def __init__(
+        self, cluster: SimCluster, console: Console, *, partitions: bool = False, breaks: bool = False
+    ) -> None:
         self.cluster = cluster
         self.console = console
         self.requested: set[str] = set()
         self.partitions = partitions
+        self.breaks = breaks
+        self.broken: set[str] = set()
 
     def __call__(self) -> list[NodeRow]:
         rest = self.cluster.api()
@@ -417,7 +465,20 @@ class Snapshots:
             profile = str(DEMO_PARTITION_PROFILE["name"])
             self.console.print(f"partition:  kubectl label node {name} {PARTITION_PROFILE_LABEL}={profile}")
             rest.patch(NODES, name, {"metadata": {"labels": {PARTITION_PROFILE_LABEL: profile}}})
+        for name in break_due(self.cluster.nodes, nodes, self.broken) if self.breaks else []:
+            self.broken.add(name)
+            self._break(name)
         return node_rows(self.cluster.nodes, nodes, pods)
+
+    def _break(self, name: str) -> None:
+        """One uncorrectable RAS error on the node's first GPU, printed as the command that does it."""
+        root = next(n.root for n in self.cluster.nodes if n.name == name)
+        gpus = AmdSysfsBackend(root).enumerate()
+        if not gpus:
+            return
+        command = f"gpuop-sim break-gpu --root {root} {gpus[0].pci_address}"
+        self.console.print(f"break-gpu:  {command}", soft_wrap=True)
+        faults.break_gpu(root, gpus[0].pci_address, "ras")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -434,6 +495,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-partition",
         action="store_true",
         help="do not run the config manager, nor label the MI300X SPX node for CPX/NPS4",
+    )
+    parser.add_argument(
+        "--no-break",
+        action="store_true",
+        help="do not remediate, nor break a GPU of the MI300X CPX node once it passed its self-check",
     )
     parser.add_argument(
         "--chart",
@@ -460,15 +526,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         values: list[Path] = []
         if (args.chart / "values.yaml").is_file():
             values.append(host_command_values(cluster.state_dir / "demo-host-values.yaml"))
-        partitions = not args.no_partition
-        if (args.no_driver or partitions) and (args.chart / "values.yaml").is_file():
+        partitions, breaks = not args.no_partition, not args.no_break
+        if (args.no_driver or partitions or breaks) and (args.chart / "values.yaml").is_file():
             out = cluster.state_dir / "demo-deviceconfig-values.yaml"
-            values.append(device_config_values(args.chart, out, driver=args.no_driver, partitions=partitions))
+            values.append(
+                device_config_values(
+                    args.chart, out, driver=args.no_driver, partitions=partitions, remediation=breaks
+                )
+            )
         if args.no_driver:
             console.print("Nodes start without a driver: the operator installs it with its playbook Jobs.")
         installed = install_operator_chart(cluster, args.chart, console, values)
         deadline = None if args.duration is None else time.monotonic() + args.duration
-        snapshot = Snapshots(cluster, console, partitions=partitions and installed)
+        snapshot = Snapshots(
+            cluster, console, partitions=partitions and installed, breaks=breaks and installed
+        )
         if not use_live(no_live=args.no_live, is_terminal=console.is_terminal):
             _print_on_change(snapshot, console, stop, deadline, args.refresh)
         else:

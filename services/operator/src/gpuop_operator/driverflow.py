@@ -49,8 +49,14 @@ PAUSE_VALUE = f"{PAUSED_PREFIX}driver-upgrade"
 DEFAULT_VERSION = "default"  # label value when spec.driver.version is empty (the OS's default)
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0  # a refused eviction is tried again this soon
-# Steps that need nothing from outside the pass to begin (see `_Planner.walk`).
-_CHAINED = frozenset({UpgradeState.CORDONED, UpgradeState.DRAINING, UpgradeState.POD_RESTART})
+# Steps that need nothing from outside the pass to begin (see `_Planner.walk`). Validating may
+# begin in the pass that resumes the operands: it reads the node as the pass found it, with the
+# device plugin still paused, whose devices the kubelet marked unhealthy (out of allocatable) when
+# it disconnected; so with a device plugin it waits for a later pass that sees them back, and
+# without one a Ready node (and the recipe) is all it ever needed.
+_CHAINED = frozenset(
+    {UpgradeState.CORDONED, UpgradeState.DRAINING, UpgradeState.POD_RESTART, UpgradeState.VALIDATING}
+)
 STEP_ANNOTATIONS = (SINCE, STARTED, ADMIN_CORDON, PAUSED, BOOT_ID)
 # The test runner's operator API (docs/test-runner.md): a request annotation, answered in JSON.
 TEST_REQUEST = "gpuop.dev/test-request"
