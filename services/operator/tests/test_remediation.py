@@ -167,6 +167,7 @@ def test_a_full_run_taints_drains_resets_validates_and_gives_the_node_back() -> 
     assert walk.state() == "recovered" and not node.unschedulable and len(plan.patches) == 1
     assert node.taints == ({"key": "other", "value": "x", "effect": "NoSchedule"},)  # only ours removed
     assert STARTED not in node.annotations and STEPS not in node.annotations
+    assert node.annotations["gpuop.dev/gpu-health-reset"] == f"remediation-{created.run}"  # for the labeller
     (run,) = json.loads(node.annotations[HISTORY])
     assert run["steps"] == ["drain", "reset", "validate"] and run["result"] == "recovered"
     assert run["trigger"] == "GPUHealthy=False (RasUncorrectable)"
@@ -212,6 +213,7 @@ def test_a_reset_that_says_reboot_reboots_and_a_new_boot_id_moves_on() -> None:
         "validate",
     ]
     assert "RemediationRebooting" in walk.events()
+    assert "gpuop.dev/gpu-health-reset" not in walk.nodes["n0"].annotations  # the reboot re-baselines
 
 
 def test_a_condition_that_does_not_clear_after_the_reset_leads_to_a_reboot() -> None:

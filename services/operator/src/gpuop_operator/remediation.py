@@ -68,6 +68,7 @@ TAINT = _PREFIX + "taint"  # JSON of the taint this run added (removed exactly, 
 FAILURE = _PREFIX + "failure"
 REPORTED = _PREFIX + "reported"  # uid of the failed Job whose task Events were sent
 HISTORY = _PREFIX + "history"  # JSON list of finished runs, newest last
+HEALTH_RESET = "gpuop.dev/gpu-health-reset"  # read by the node labeller: a GPU reset happened
 RUN_ANNOTATIONS = (SINCE, STARTED, TRIGGER, GPUS, STEPS, REPAIR, BOOT_ID, ADMIN_CORDON, TAINT, REPORTED)
 REBOOT_FACT = "reboot_required"  # what the repair playbook's set_stats says when a reset is not enough
 VALIDATE_TIMEOUT_S = 600.0
@@ -596,10 +597,14 @@ class _Planner:
         steps = ",".join([*_steps(node), "reset"])
         if report.facts.get(REBOOT_FACT, "").lower() in ("true", "yes", "1"):
             self._to_reboot(node, vendor, f"playbook {playbook} says a reboot is needed", steps=steps)
-        elif self._cleared(node):
-            self._to_validating(node, steps=steps)
         else:
-            self._patch(node, State.REPAIRING, annotations={REPAIR: "clear-wait", STEPS: steps})
+            # The labeller re-takes its health baseline when this changes: sticky failures no reset
+            # is visible for (NVIDIA XIDs) are forgotten on its next pass (docs/node-labeller.md).
+            reset = {HEALTH_RESET: f"remediation-{node.annotations.get(STARTED, '0')}"}
+            self._patch(node, State.REPAIRING, annotations={REPAIR: "clear-wait", STEPS: steps, **reset})
+            if self._cleared(node):
+                self._to_validating(self.after(node), steps=steps)
+                return
             self.plan.wake(float(self.config.reset_clear_seconds))
             self._state(node, State.REPAIRING.value, "waiting for the condition to clear after the reset")
 
