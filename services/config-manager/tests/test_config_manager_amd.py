@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 
 from gpuop_common.gpu import AmdSysfsBackend
+from gpuop_common.gpu.amd_reload import DriverReloader
 from gpuop_config_manager.labels import (
     AMD_STATE_LABEL,
     PAUSED,
@@ -294,3 +296,19 @@ def test_a_label_change_in_the_middle_of_a_reload_loads_the_driver_before_the_ro
     assert outcome.state is State.SUCCESS and not outcome.changed
     assert hostfakes.recorded(h.info.root) == [["modprobe", "amdgpu"]]
     assert h.node().labels[DP] == "true" and "ConfigRolledBack" in h.events()
+
+
+def test_gpus_that_do_not_come_back_after_the_reload_fail_it_naming_the_count(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
+
+    def unload_only(argv, **kwargs):  # a `modprobe amdgpu` that loads nothing (a broken module)
+        args = argv[argv.index("modprobe") + 1 :]
+        code = hostfakes.modprobe(h.info.root, args) if "-r" in args else 0
+        return subprocess.CompletedProcess(argv, code, "", "")
+
+    h.gpus.reloader = DriverReloader(("host",), run=unload_only)
+    h.gpus._sleep = lambda _seconds: None
+    outcome = h.agent().run_once()
+    assert outcome.state is State.FAILED
+    assert "0 of 8 AMD GPUs back 120s after reloading amdgpu" in outcome.reason
+    assert {k: h.node().labels[k] for k in DEPLOY} == DEPLOY  # operands restored, reason recorded

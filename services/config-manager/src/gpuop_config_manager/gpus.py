@@ -8,7 +8,9 @@ from pathlib import Path
 
 from gpuop_common.config.config_manager import PartitionProfile
 from gpuop_common.gpu import AmdSysfsBackend, GpuBackend, GpuDevice, NvmlBackend, Vendor, open_backends
+from gpuop_common.gpu.amd_drm import AMD_VENDOR_ID
 from gpuop_common.gpu.amd_reload import DriverReloader, DriverReloadError
+from gpuop_common.gpu.detect import pci_gpu_addresses
 from gpuop_common.gpu.errors import GpuBackendError
 from gpuop_common.gpu.profile_check import GpuTarget, ProfilePlan, gpu_matches, plan_profile
 
@@ -26,8 +28,10 @@ class NodeGpus:
         reopen: Callable[[], list[GpuBackend]] | None = None,
         reloader: DriverReloader | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        host_root: Path | str | None = None,
     ) -> None:
         self.backends = backends
+        self.host_root = host_root  # for the GPUs on the PCI bus when the driver's files are gone
         self._vendors: list[Vendor] | None = None
         self._reopen = reopen
         self.reloader = reloader  # None: a change that needs a driver reload fails, saying so
@@ -40,7 +44,7 @@ class NodeGpus:
         def reopen() -> list[GpuBackend]:
             return open_backends(host_root, vendor)
 
-        return cls(reopen(), reopen=reopen, reloader=reloader)
+        return cls(reopen(), reopen=reopen, reloader=reloader, host_root=host_root)
 
     def close(self) -> None:
         for backend in self.backends:
@@ -124,7 +128,11 @@ class NodeGpus:
                 "a memory partition change takes effect at a driver reload, and reloading the "
                 "driver is off (--driver-reload)"
             )
+        # As many as now; after a restart mid-reload (module out, no KFD to count) the AMD GPUs on
+        # the PCI bus, which stay whether a driver is loaded or not.
         before = self._amd_count()
+        if not before and self.host_root is not None:
+            before = len(pci_gpu_addresses(self.host_root, AMD_VENDOR_ID))
         self.close()
         try:
             if load_only:
