@@ -80,7 +80,6 @@ def test_an_enabled_config_manager_section_is_accepted() -> None:
             INVALID_SPEC,
             "configManager.profiles[].amd",
         ),
-        ({"remediation": {"enable": True}}, UNSUPPORTED, "spec.remediation.enable"),
         (
             {"devicePlugin": {"enable": False}, "draDriver": {"enable": True}},
             UNSUPPORTED,

@@ -312,7 +312,9 @@ def test_playbook_vars_defaults() -> None:
 
 @pytest.mark.parametrize(
     ("name", "error"),
-    [("nope", "unknown playbook 'nope' (known: driver-install, driver-uninstall, node-reboot, gpu-reset)")],
+    [("nope", "unknown playbook 'nope' (built in: driver-install, driver-uninstall, node-reboot, gpu-reset; "
+              "another name needs an override nope.yml)"),
+     ("../etc", "playbook name '../etc': lowercase letters, digits, '-', '_' and '.' only")],
 )  # fmt: skip
 def test_the_cli_refuses_a_playbook_it_does_not_have_with_exit_2_and_a_summary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, error: str

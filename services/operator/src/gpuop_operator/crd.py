@@ -106,6 +106,43 @@ def status_schema() -> JsonObj:
                     },
                 },
             },
+            "remediation": {
+                "type": "object",
+                "description": "Node remediation (spec.remediation.enable): state and recent runs per node.",
+                "properties": {
+                    "states": {
+                        "type": "object",
+                        "description": "Number of nodes in each remediation state.",
+                        "additionalProperties": {"type": "integer", "format": "int32"},
+                    },
+                    "nodes": {
+                        "type": "object",
+                        "description": "Per node in or after a run: state, why, last runs.",
+                        "additionalProperties": {
+                            "type": "object",
+                            "properties": {
+                                "state": {"type": "string"},
+                                "message": {"type": "string"},
+                                "history": {
+                                    "type": "array",
+                                    "description": "Finished runs, oldest first.",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "start": {"type": "integer", "format": "int64"},
+                                            "end": {"type": "integer", "format": "int64"},
+                                            "trigger": {"type": "string"},
+                                            "steps": {"type": "array", "items": {"type": "string"}},
+                                            "result": {"type": "string"},
+                                            "message": {"type": "string"},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
         },
     }
 

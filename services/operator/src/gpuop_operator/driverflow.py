@@ -20,12 +20,21 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from gpuop_common.config.driver import DriverConfig
 
 from gpuop_operator.drain import NodePod, plan_drain
 from gpuop_operator.driverjob import JobView, Operation
-from gpuop_operator.model import PAUSED_PREFIX, STAGES, NodeInfo, NodePatch, deploy_label
+from gpuop_operator.model import (
+    PAUSED_PREFIX,
+    REMEDIATION_ACTIVE,
+    REMEDIATION_STATE_LABEL,
+    STAGES,
+    NodeInfo,
+    NodePatch,
+    deploy_label,
+)
 from gpuop_operator.upgrade import STATE_LABEL, NodeView, UpgradeState, parse_state, plan_upgrades
 
 VERSION_LABEL = "gpuop.dev/driver.version"
@@ -135,10 +144,12 @@ def _vendor(node: NodeInfo) -> str | None:
 
 @dataclass(frozen=True)
 class FailedRun:
-    """What the reconciler read from a failed Job's pod: one line per failed task."""
+    """What the reconciler read from a finished Job's pod (a failed one's, and a remediation Job's
+    whatever the outcome): one line per failed task, and the playbook's set_stats facts."""
 
     summary: str
     tasks: tuple[tuple[str, str], ...] = ()  # (task name, stderr tail or message)
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Planner:
@@ -470,25 +481,38 @@ class _Planner:
         automatic run's) never counts."""
         if not self.validation_recipe:
             return True
-        request_id = f"driver-upgrade-{node.annotations.get(SINCE, '0')}"
-        answer = _answer(node.annotations.get(TEST_RESULT, ""))
-        if answer.get("requestId") == request_id:
-            if answer.get("result") == "Passed":
-                return True
-            self._fail(
-                node,
-                f"validation recipe {self.validation_recipe} {answer.get('result', 'failed')}"
-                + (f": {answer['reason']}" if answer.get("reason") else ""),
-            )
-            return False
-        wanted = f"{self.validation_recipe}:{request_id}"
-        if node.annotations.get(TEST_REQUEST) != wanted:
+        answer = ask_recipe(
+            node, self.validation_recipe, f"driver-upgrade-{node.annotations.get(SINCE, '0')}"
+        )
+        if answer.result == "failed":
+            self._fail(node, f"validation recipe {self.validation_recipe} {answer.detail}")
+        elif answer.request is not None:
             self._patch(
                 node,
                 UpgradeState.VALIDATING,
-                annotations={TEST_REQUEST: wanted, SINCE: node.annotations.get(SINCE)},
+                annotations={TEST_REQUEST: answer.request, SINCE: node.annotations.get(SINCE)},
             )
-        return False
+        return answer.result == "passed"
+
+
+@dataclass(frozen=True)
+class RecipeAnswer:
+    result: Literal["passed", "failed", "pending"]
+    detail: str = ""  # why it failed: the result and the runner's reason
+    request: str | None = None  # the TEST_REQUEST value to write (None: already asked)
+
+
+def ask_recipe(node: NodeInfo, recipe: str, request_id: str) -> RecipeAnswer:
+    """The test runner's answer to `recipe` for `request_id` (docs/test-runner.md, operator API), or
+    the request to write when it has not been asked yet. Shared by driver upgrades and remediation."""
+    answer = _answer(node.annotations.get(TEST_RESULT, ""))
+    if answer.get("requestId") == request_id:
+        if answer.get("result") == "Passed":
+            return RecipeAnswer("passed")
+        detail = answer.get("result", "failed") + (f": {answer['reason']}" if answer.get("reason") else "")
+        return RecipeAnswer("failed", detail)
+    wanted = f"{recipe}:{request_id}"
+    return RecipeAnswer("pending", request=None if node.annotations.get(TEST_REQUEST) == wanted else wanted)
 
 
 def _answer(text: str) -> dict[str, str]:
@@ -497,6 +521,19 @@ def _answer(text: str) -> dict[str, str]:
     except ValueError:
         return {}
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _remediating(node: NodeInfo) -> bool:
+    return node.labels.get(REMEDIATION_STATE_LABEL) in REMEDIATION_ACTIVE
+
+
+def _view(node: NodeInfo) -> NodeView:
+    """A node in remediation is unavailable capacity and never starts an upgrade (nor the reverse:
+    remediation waits while a node is in flight here)."""
+    state = parse_state(node.labels.get(STATE_LABEL))
+    remediating = _remediating(node)
+    startable = None if remediating and state is UpgradeState.REQUIRED else state
+    return NodeView(node.name, startable, node.ready, node.unschedulable or remediating)
 
 
 def plan_driver(
@@ -561,7 +598,8 @@ def plan_driver(
         elif state in (None, UpgradeState.DONE):
             planner._state(node, "installed" if state is None else UpgradeState.DONE.value)
         elif state is UpgradeState.REQUIRED:
-            planner._state(node, UpgradeState.REQUIRED.value, "waiting for an upgrade slot")
+            wait = "the node's remediation to finish" if _remediating(node) else "an upgrade slot"
+            planner._state(node, UpgradeState.REQUIRED.value, f"waiting for {wait}")
         elif state is UpgradeState.FAILED:
             planner._state(node, UpgradeState.FAILED.value, node.annotations.get(FAILURE, ""))
         else:
@@ -569,10 +607,7 @@ def plan_driver(
     # The bounds are checked on the nodes as this pass leaves them: a node that finished just now
     # frees its slot for the next one in the same pass (its patch is sent before any start's).
     after = {node.name: planner.after(node) for node in nodes}
-    views = [
-        NodeView(n.name, parse_state(n.labels.get(STATE_LABEL)), n.ready, n.unschedulable)
-        for n in sorted(after.values(), key=lambda n: n.name)
-    ]
+    views = [_view(n) for n in sorted(after.values(), key=lambda n: n.name)]
     started = plan_upgrades(views, planner.policy).start
     for name in started:
         planner.start(after[name])

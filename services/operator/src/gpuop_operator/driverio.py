@@ -10,7 +10,7 @@ Events on the Node.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -20,7 +20,7 @@ from gpuop_common.kubejson import JOBS, is_status
 from kubernetes.client.exceptions import ApiException
 
 from gpuop_operator.drain import NodePod, node_pod
-from gpuop_operator.driverflow import DriverPlan, FailedRun
+from gpuop_operator.driverflow import DriverPlan, FailedRun, NodeEvent
 from gpuop_operator.driverjob import JobSettings, JobView, build_job, log_tail_of_pod, summary_of_pod
 from gpuop_operator.kubeio import PODS, KubeJson
 from gpuop_operator.upgrade import STATE_LABEL, UpgradeState
@@ -29,11 +29,16 @@ log = logging.getLogger(__name__)
 JsonObj = dict[str, Any]
 
 
-def pods_to_drain(kube: KubeJson, nodes: Iterable[Any]) -> dict[str, list[NodePod]]:
-    """Every pod on each node that is in the `draining` step."""
+def pods_to_drain(
+    kube: KubeJson,
+    nodes: Iterable[Any],
+    label: str = STATE_LABEL,
+    state: str = UpgradeState.DRAINING.value,
+) -> dict[str, list[NodePod]]:
+    """Every pod on each node whose `label` (the driver upgrade's state, or remediation's) says `state`."""
     found: dict[str, list[NodePod]] = {}
     for node in nodes:
-        if node.labels.get(STATE_LABEL) != UpgradeState.DRAINING.value:
+        if node.labels.get(label) != state:
             continue
         items, _ = kube.list(PODS, None, fieldSelector=f"spec.nodeName={node.name}")
         found[node.name] = [node_pod(item) for item in items]
@@ -41,9 +46,12 @@ def pods_to_drain(kube: KubeJson, nodes: Iterable[Any]) -> dict[str, list[NodePo
 
 
 def read_failed_run(kube: KubeJson, job: JobView, namespace: str) -> FailedRun:
-    """What a failed Job's pod said: the playbook summary, else the log tail, else the Job's reason."""
+    """What a finished Job's pod said: the playbook summary, else the log tail, else the Job's reason."""
     pods, _ = kube.list(PODS, namespace, labelSelector=f"job-name={job.name}")
     for pod in pods:
+        owners = {ref.get("uid") for ref in (pod.get("metadata") or {}).get("ownerReferences") or []}
+        if owners and job.uid not in owners:
+            continue  # a pod of an older Job of that name, not collected yet
         summary = summary_of_pod(pod)
         if summary is not None:
             tasks = tuple(
@@ -52,7 +60,7 @@ def read_failed_run(kube: KubeJson, job: JobView, namespace: str) -> FailedRun:
             )
             first = summary.failed_tasks[0] if summary.failed_tasks else None
             line = f"task {first.task!r}: {first.stderr_tail or first.message}" if first else summary.status
-            return FailedRun(summary=line.strip()[:500], tasks=tasks)
+            return FailedRun(summary=line.strip()[:500], tasks=tasks, facts=dict(summary.facts))
         tail = log_tail_of_pod(pod)
         if tail:
             return FailedRun(summary=tail.strip().splitlines()[-1][:500], tasks=(("(log)", tail[-400:]),))
@@ -77,21 +85,38 @@ class DriverWriter:
 
     def apply(self, plan: DriverPlan, driver: DriverConfig) -> bool:
         """Send the plan's Job, pod and Event writes (node patches go through the reconciler)."""
-        ok = True
-        if self.dry_run:
-            log.info("dry run: driver plan", extra={"jobs": len(plan.create_jobs), "evict": len(plan.evict)})
-            return True
-        namespace = self.settings.namespace
-        for job in plan.delete_jobs:
-            ok &= self._call("job-delete", partial(self.kube.delete, JOBS, job.name, namespace, uid=job.uid))
-        for node, operation, vendor in plan.create_jobs:
-            manifest = build_job(self.settings, operation, node, vendor, driver)
-            ok &= self._call("job", partial(self.kube.create, JOBS, manifest, namespace), adopt=True)
         policy = driver.upgrade_policy
         grace = (
             policy.pod_deletion_policy if plan.delete_pods else policy.node_drain_policy
         ).grace_period_seconds
-        for pod in plan.evict:
+        manifests = [
+            build_job(self.settings, operation, node, vendor, driver)
+            for node, operation, vendor in plan.create_jobs
+        ]
+        return self.send(manifests, plan.delete_jobs, plan.evict, plan.delete_pods, plan.events, grace=grace)
+
+    def send(
+        self,
+        jobs: Sequence[JsonObj],
+        delete_jobs: Sequence[JobView],
+        evict: Sequence[NodePod],
+        delete_pods: Sequence[NodePod],
+        events: Sequence[NodeEvent],
+        *,
+        grace: int,
+    ) -> bool:
+        """Job deletes and creates, evictions (`grace`: seconds, -1 the pods' own), pod deletes and
+        Events; shared by the driver lifecycle and remediation."""
+        ok = True
+        if self.dry_run:
+            log.info("dry run: Job and pod writes", extra={"jobs": len(jobs), "evict": len(evict)})
+            return True
+        namespace = self.settings.namespace
+        for job in delete_jobs:
+            ok &= self._call("job-delete", partial(self.kube.delete, JOBS, job.name, namespace, uid=job.uid))
+        for manifest in jobs:
+            ok &= self._call("job", partial(self.kube.create, JOBS, manifest, namespace), adopt=True)
+        for pod in evict:
             body: JsonObj = {
                 "apiVersion": "policy/v1",
                 "kind": "Eviction",
@@ -101,7 +126,7 @@ class DriverWriter:
                 body["deleteOptions"] = {"gracePeriodSeconds": grace}
             path = PODS.path(pod.namespace, pod.name, "eviction")
             ok &= self._call("eviction", partial(self.kube.call, "POST", path, body=body), refused_ok=True)
-        for pod in plan.delete_pods:
+        for pod in delete_pods:
             seconds = grace if grace >= 0 else None
             ok &= self._call(
                 "pod-delete",
@@ -109,7 +134,7 @@ class DriverWriter:
                     self.kube.delete, PODS, pod.name, pod.namespace, grace_period_seconds=seconds, uid=pod.uid
                 ),
             )
-        for event in plan.events:
+        for event in events:
             if self.events is not None:
                 self.events.record(
                     ObjectRef(kind="Node", name=event.node),

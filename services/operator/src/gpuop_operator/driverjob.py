@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from gpuop_operator.jobresult import PlaybookSummary, PlaybookVars
 
 JsonObj = dict[str, Any]
-Operation = Literal["driver-install", "node-reboot"]
+Operation = Literal["driver-install", "node-reboot", "gpu-reset"]
 COMPONENT = "driver-job"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 NAME_LABEL = "app.kubernetes.io/name"
@@ -37,10 +37,11 @@ OPERATION_LABEL = "gpuop.dev/operation"
 NODE_ANNOTATION = "gpuop.dev/node"
 VERSION_ANNOTATION = "gpuop.dev/driver-version"
 VARS_ANNOTATION = "gpuop.dev/playbook-vars"
+RUN_ANNOTATION = "gpuop.dev/remediation-run"  # the remediation run a Job belongs to (its start)
 VARS_DIR = "/etc/gpuop/playbook"
 OVERRIDES_DIR = "/etc/gpuop/playbook-overrides"
 TERMINATION_LOG = "/dev/termination-log"
-SHORT = {"driver-install": "driver", "node-reboot": "reboot"}
+SHORT = {"driver-install": "driver", "node-reboot": "reboot", "gpu-reset": "reset"}
 MAX_NAME = 63  # the Job's name is also the value of its pods' job-name label
 DEFAULT_JOB_IMAGE = "ghcr.io/gpuop/gpuop-operator:latest"  # the chart passes its own image instead
 
@@ -70,11 +71,21 @@ def job_name(release: str, operation: Operation, node: str) -> str:
 
 
 def build_job(
-    settings: JobSettings, operation: Operation, node: str, vendor: str, driver: DriverConfig
+    settings: JobSettings,
+    operation: Operation,
+    node: str,
+    vendor: str,
+    driver: DriverConfig,
+    *,
+    playbook: str = "",
+    gpus: tuple[str, ...] = (),
+    run: str = "",
 ) -> JsonObj:
+    """`playbook`: what the Job runs when not the operation's own (remediation's user playbook);
+    `gpus`: PCI addresses the playbook acts on; `run`: the remediation run it belongs to."""
     name = job_name(settings.release, operation, node)
     variables = PlaybookVars.model_validate(
-        {"vendor": vendor, "driver": driver, "hostExec": settings.host_exec}
+        {"vendor": vendor, "driver": driver, "hostExec": settings.host_exec, "gpus": list(gpus)}
     )
     labels = {
         NAME_LABEL: COMPONENT,
@@ -83,9 +94,11 @@ def build_job(
         OPERATION_LABEL: operation,
     }
     annotations = {NODE_ANNOTATION: node, VERSION_ANNOTATION: driver.version}
+    if run:
+        annotations[RUN_ANNOTATION] = run
     args = [
         "playbook",
-        operation,
+        playbook or operation,
         "--host-root",
         "/host",
         "--extra-vars-file",
@@ -177,6 +190,7 @@ class JobView:
     reason: str = ""  # the Failed condition's reason (BackoffLimitExceeded, DeadlineExceeded)
     message: str = ""
     deleting: bool = False
+    run: str = ""  # remediation run id, "" for driver Jobs
 
 
 def job_view(obj: JsonObj) -> JobView | None:
@@ -209,6 +223,7 @@ def job_view(obj: JsonObj) -> JobView | None:
         reason=reason,
         message=message,
         deleting="deletionTimestamp" in meta,
+        run=str(annotations.get(RUN_ANNOTATION, "")),
     )
 
 
@@ -224,7 +239,9 @@ def trim_job(obj: JsonObj) -> JsonObj:
         if k in (COMPONENT_LABEL, OPERATION_LABEL, NAME_LABEL)
     }
     kept["annotations"] = {
-        k: v for k, v in (meta.get("annotations") or {}).items() if k in (NODE_ANNOTATION, VERSION_ANNOTATION)
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k in (NODE_ANNOTATION, VERSION_ANNOTATION, RUN_ANNOTATION)
     }
     conditions = [
         {k: c.get(k) for k in ("type", "status", "reason", "message")}

@@ -12,8 +12,9 @@ trimmed to fit (`to_termination_message`) rather than cut mid-JSON.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
+from gpuop_common.config.base import PciAddress
 from gpuop_common.config.driver import DriverConfig
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +23,7 @@ STDERR_TAIL_CHARS = 400  # per failed task, enough for a compiler or package-man
 
 # Built-in playbooks shipped in gpuop_operator/playbooks/<name>.yml (overridable by name).
 PlaybookName = Literal["driver-install", "driver-uninstall", "node-reboot", "gpu-reset"]
+PLAYBOOK_NAMES: tuple[str, ...] = get_args(PlaybookName)
 RunStatus = Literal["successful", "failed", "timeout", "canceled"]
 
 
@@ -86,6 +88,11 @@ class PlaybookVars(BaseModel):
     )
     container_runtime: Literal["auto", "containerd", "crio", "none"] = Field(
         "auto", alias="containerRuntime", description="Runtime to enable CDI in; auto: the active one."
+    )
+    gpus: list[PciAddress] = Field(
+        default_factory=list,
+        max_length=64,
+        description="PCI addresses of the GPUs a remediation playbook acts on (empty: every GPU).",
     )
     cdi_spec_dirs: list[str] = Field(
         default_factory=lambda: ["/etc/cdi", "/var/run/cdi"],

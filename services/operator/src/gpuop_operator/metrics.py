@@ -58,8 +58,21 @@ class OperatorMetrics:
             buckets=(30, 60, 120, 300, 600, 900, 1800, 3600, 7200),
             registry=self.registry,
         )
+        self.remediation_runs = Counter(
+            "gpuop_operator_remediation_runs",
+            "Finished node remediation runs, by result (recovered, failed, rate-limited).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.remediation_nodes = Gauge(
+            "gpuop_operator_remediation_nodes",
+            "Nodes per DeviceConfig and remediation state (detected ... recovered, failed).",
+            ["deviceconfig", "state"],
+            registry=self.registry,
+        )
         self._seen: set[tuple[str, str]] = set()
         self._driver_seen: set[tuple[str, str]] = set()
+        self._remediation_seen: set[tuple[str, str]] = set()
 
     def set_stages(self, owner: str, stages: Mapping[str, int]) -> None:
         for key in [k for k in self._seen if k[0] == owner and k[1] not in stages]:
@@ -77,8 +90,17 @@ class OperatorMetrics:
             self.driver_nodes.labels(owner, state).set(count)
             self._driver_seen.add((owner, state))
 
+    def set_remediation_states(self, owner: str, states: Mapping[str, int]) -> None:
+        for key in [k for k in self._remediation_seen if k[0] == owner and k[1] not in states]:
+            self.remediation_nodes.remove(*key)
+            self._remediation_seen.discard(key)
+        for state, count in states.items():
+            self.remediation_nodes.labels(owner, state).set(count)
+            self._remediation_seen.add((owner, state))
+
     def forget(self, owner: str) -> None:
         self.set_stages(owner, {})
         self.set_driver_states(owner, {})
+        self.set_remediation_states(owner, {})
         with contextlib.suppress(KeyError):
             self.deviceconfig_ready.remove(owner)

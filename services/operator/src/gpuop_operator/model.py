@@ -22,6 +22,8 @@ SUPPORTED_SERVICES: frozenset[str] = frozenset(
 )
 # Stages run by the operator itself (per-node playbook Jobs), not by a DaemonSet and a deploy label.
 JOB_SERVICES: frozenset[str] = frozenset({"driver"})
+# Sections the operator runs itself that are no service of their own (no chart, no stage).
+OPERATOR_SECTIONS: frozenset[str] = frozenset({"remediation"})
 
 LABEL_PREFIX = "gpuop.dev/"
 # A deploy label set to `paused-for-<reason>` (config-manager: `paused-for-config-change`, driver
@@ -50,6 +52,14 @@ def deploy_label(service: str) -> str:
 
 
 @dataclass(frozen=True)
+class NodeCondition:
+    status: str  # True, False, Unknown
+    since: float = 0.0  # lastTransitionTime, epoch seconds; 0 when missing or unparsable
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -59,6 +69,10 @@ class NodeInfo:
     ready: bool = True  # the Ready condition
     boot_id: str = ""  # status.nodeInfo.bootID: changes on every reboot
     gpus_allocatable: int = 0  # sum of status.allocatable GPU resources (whole GPUs and partitions)
+    # What remediation needs: the conditions other than Ready, by type, and spec.taints.
+    conditions: Mapping[str, NodeCondition] = field(default_factory=dict)
+    taints: tuple[Mapping[str, str], ...] = ()
+    resource_version: str = ""
 
     def vendors(self) -> frozenset[str]:
         """GPU vendors NFD found on the node (PCI presence labels)."""
@@ -88,6 +102,11 @@ class NodePatch:
     labels: Mapping[str, str | None] = field(default_factory=dict)
     annotations: Mapping[str, str | None] = field(default_factory=dict)
     unschedulable: bool | None = None  # None: leave spec.unschedulable alone
+    # The whole new spec.taints (a merge patch replaces the list), None: leave them alone. Sent with
+    # `resource_version`, so a taint someone else added since the read fails the patch (409, retried)
+    # instead of being dropped.
+    taints: tuple[Mapping[str, str], ...] | None = None
+    resource_version: str = ""
 
     def body(self) -> dict[str, object]:
         metadata: dict[str, object] = {}
@@ -96,7 +115,21 @@ class NodePatch:
         if self.annotations:
             metadata["annotations"] = dict(self.annotations)
         body: dict[str, object] = {"metadata": metadata}
+        spec: dict[str, object] = {}
         if self.unschedulable is not None:
             # null, not false, uncordons: the field is then absent, as `kubectl uncordon` leaves it.
-            body["spec"] = {"unschedulable": True if self.unschedulable else None}
+            spec["unschedulable"] = True if self.unschedulable else None
+        if self.taints is not None:
+            spec["taints"] = [dict(t) for t in self.taints] or None
+            if self.resource_version:
+                metadata["resourceVersion"] = self.resource_version
+        if spec:
+            body["spec"] = spec
         return body
+
+
+# Node remediation (docs/remediation.md): the state label and the approval a person sets.
+REMEDIATION_STATE_LABEL = "gpuop.dev/remediation-state"
+REMEDIATION_APPROVED_LABEL = "gpuop.dev/remediation-approved"
+# States in which a node's remediation owns it: a driver upgrade does not start there.
+REMEDIATION_ACTIVE = frozenset({"tainted", "draining", "repairing", "validating"})

@@ -12,21 +12,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import ansible_runner
 import yaml
 from pydantic import ValidationError
 
 from gpuop_operator.jobresult import (
+    PLAYBOOK_NAMES,
     STDERR_TAIL_CHARS,
-    PlaybookName,
     PlaybookSummary,
     PlaybookVars,
     TaskFailure,
@@ -34,7 +35,6 @@ from gpuop_operator.jobresult import (
 from gpuop_operator.overridecheck import OVERRIDE_SUFFIXES
 
 BUILTIN_DIR = Path(__file__).parent / "playbooks"
-PLAYBOOK_NAMES: tuple[str, ...] = get_args(PlaybookName)
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 _FAILED_EVENTS = ("runner_on_failed", "runner_on_unreachable")
 
@@ -78,6 +78,7 @@ def ansible_extra_vars(settings: PlaybookVars, host_root: Path) -> dict[str, Any
         "amdgpu_repo_url": driver.amdgpu_installer_repo_url.rstrip("/"),
         "container_runtime": settings.container_runtime,
         "cdi_spec_dirs": list(settings.cdi_spec_dirs),
+        "gpu_pci_addresses": list(settings.gpus),
     }
 
 
@@ -222,9 +223,15 @@ def run_playbook(
 
     `timeout` (seconds) ends the run with status `timeout`, inside the Job's activeDeadlineSeconds,
     so that the summary still gets written."""
-    if name not in PLAYBOOK_NAMES:
-        raise PlaybookError(f"unknown playbook {name!r} (known: {', '.join(PLAYBOOK_NAMES)})")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9_.]*[a-z0-9])?", name):
+        raise PlaybookError(f"playbook name {name!r}: lowercase letters, digits, '-', '_' and '.' only")
     override = find_override(name, overrides)
+    if name not in PLAYBOOK_NAMES and override is None:
+        # Another name is a user's playbook (remediation.playbook): only from the override ConfigMap.
+        raise PlaybookError(
+            f"unknown playbook {name!r} (built in: {', '.join(PLAYBOOK_NAMES)}; "
+            f"another name needs an override {name}.yml)"
+        )
     if override is None and not (BUILTIN_DIR / f"{name}.yml").is_file():
         raise PlaybookError(f"playbook {name!r} is not built in: mount an override {name}.yml for it")
     data_dir = Path(tempfile.mkdtemp(prefix=f"gpuop-{name}-", dir=work_dir))

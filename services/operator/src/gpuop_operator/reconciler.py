@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,9 +34,11 @@ from gpuop_operator.driverjob import (
     DEFAULT_JOB_IMAGE,
     JobSettings,
     JobView,
+    build_job,
     job_view,
     trim_job,
 )
+from gpuop_operator.jobresult import PLAYBOOK_NAMES
 from gpuop_operator.kubeio import (
     CONFIGMAPS,
     DAEMONSETS,
@@ -53,19 +55,23 @@ from gpuop_operator.model import (
     FINALIZER,
     JOB_SERVICES,
     OWNER_ANNOTATION,
+    REMEDIATION_ACTIVE,
+    REMEDIATION_STATE_LABEL,
     SUPPORTED_SERVICES,
     NodeInfo,
     NodePatch,
 )
+from gpuop_operator.overridecheck import OVERRIDE_SUFFIXES, override_problems
 from gpuop_operator.overridecheck import REASON as REASON_OVERRIDE
-from gpuop_operator.overridecheck import override_problems
 from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout
 from gpuop_operator.projection import config_map_name, plan_config_map
+from gpuop_operator.remediation import RemediationPlan, plan_release, plan_remediation
 from gpuop_operator.selector import matches
 from gpuop_operator.status import (
     build_status,
     driver_status,
     invalid_conditions,
+    remediation_status,
     rollout_conditions,
     transitions,
 )
@@ -293,23 +299,38 @@ class Reconciler:
         ok = True
         driver_ready: set[str] = set()
         driver_plan: DriverPlan | None = None
+        remediation_plan: RemediationPlan | None = None
         held = ""
-        if spec.driver.enable:
+        if spec.driver.enable or spec.remediation.enable:
             held = self._override_held(obj)
+        if spec.driver.enable:
             if not held:
                 ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods)
             driver_ready = {n.name for n in nodes if driver_installed(n)}
+        remediation_held = held
+        if not spec.remediation.enable:
+            ok &= self._stop_remediation(owner, spec.selector, nodes, "remediation.enable is false")
+        elif not held:
+            remediation_held = self._playbook_missing(spec.remediation.playbook)
+            if not remediation_held:
+                done, remediation_plan, nodes = self._remediate(owner, spec, nodes)
+                ok &= done
         plan = plan_rollout(owner, spec, nodes, pods, installed=installed, driver_ready=driver_ready)
         ok &= self._apply(plan)
         enabled = {service for stage in enabled_stages(spec) for service in stage}
         missing = (enabled & SUPPORTED_SERVICES) - installed - JOB_SERVICES
-        conditions = rollout_conditions(plan, missing, held=held)
+        conditions = rollout_conditions(plan, missing, held=remediation_held or held)
         status = build_status(generation, conditions, plan, previous, _now())
         if driver_plan is not None:
             status["driver"] = driver_status(spec.driver, driver_plan.states)
             self.metrics.set_driver_states(owner, status["driver"]["states"])
         elif held and previous.get("driver"):
             status["driver"] = previous["driver"]  # held, not gone: the nodes are where they were
+        if remediation_plan is not None:
+            status["remediation"] = remediation_status(remediation_plan.states)
+            self.metrics.set_remediation_states(owner, status["remediation"]["states"])
+        elif spec.remediation.enable and previous.get("remediation"):
+            status["remediation"] = previous["remediation"]
         self._write_status(obj, status, warning=bool(missing))
         self.metrics.set_stages(owner, status.get("stages") or {})
         self.metrics.deviceconfig_ready.labels(owner).set(1 if conditions[0].status else 0)
@@ -339,7 +360,143 @@ class Reconciler:
                 )
         if not problems:
             return ""
-        return "; ".join(problems) + ". No driver Job starts and no node moves until it is fixed"
+        return (
+            "; ".join(problems) + ". No driver or remediation Job starts and no node moves until it is fixed"
+        )
+
+    def _playbook_missing(self, playbook: str) -> str:
+        """Why remediation cannot run `remediation.playbook` (not built in and not overridden), or ""."""
+        if playbook in PLAYBOOK_NAMES:
+            return ""
+        name = self.job_settings.overrides_config_map
+        found = self.overrides.items() if self.overrides is not None else []
+        data = (found[0].get("data") or {}) if found else {}
+        if any(f"{playbook}{suffix}" in data for suffix in OVERRIDE_SUFFIXES):
+            return ""
+        where = f"ConfigMap {self.settings.namespace}/{name}" if name else "no playbook override ConfigMap"
+        return (
+            f"spec.remediation.playbook: {playbook!r} is not built in ({', '.join(PLAYBOOK_NAMES)}) and "
+            f"{where} has no key {playbook}.yml; no node is remediated until it is there"
+        )
+
+    def _job_views(self) -> dict[tuple[str, str], JobView]:
+        jobs: dict[tuple[str, str], JobView] = {}
+        for obj in self.jobs.items():
+            view = job_view(obj)
+            if view is not None:
+                jobs[(view.node, view.operation)] = view
+        live = {view.uid for view in jobs.values()}
+        for uid in [uid for uid in self._failed_runs if uid not in live]:
+            del self._failed_runs[uid]  # its Job is gone: nobody asks for its report again
+        return jobs
+
+    def _read_reports(self, jobs: Iterable[JobView]) -> bool:
+        """Read (once per Job) what the pods of these finished Jobs reported."""
+        ok = True
+        for view in jobs:
+            if view.uid in self._failed_runs:
+                continue
+            try:
+                self._failed_runs[view.uid] = read_failed_run(self.kube, view, self.settings.namespace)
+            except _API_ERRORS as exc:
+                ok = False
+                log.warning("reading a Job's pod failed", extra={"job": view.name, "error": _describe(exc)})
+        return ok
+
+    def _stop_remediation(
+        self, owner: str, selector: LabelSelector | None, nodes: Sequence[NodeInfo], why: str
+    ) -> bool:
+        """Give back the nodes a run of this DeviceConfig left tainted or labelled (`selector`
+        None: every node it owns, for its deletion)."""
+        mine = [
+            n
+            for n in nodes
+            if n.annotations.get(OWNER_ANNOTATION) in ((None, owner) if selector is not None else (owner,))
+            and (selector is None or matches(selector, n.labels))
+        ]
+        plan = plan_release(mine, why)
+        if not plan.patches:
+            return True
+        skipped = self._patch_nodes(plan.patches)
+        ok = self.driver_writer.send((), (), (), (), plan.without(skipped).events, grace=-1)
+        return ok and not skipped
+
+    def _remediate(
+        self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo]
+    ) -> tuple[bool, RemediationPlan, list[NodeInfo]]:
+        """One pass of remediation over this DeviceConfig's nodes; the nodes as they are after."""
+        selected = [
+            n
+            for n in nodes
+            if matches(spec.selector, n.labels) and n.annotations.get(OWNER_ANNOTATION) in (None, owner)
+        ]
+        names = {n.name for n in selected}
+        jobs = self._job_views()
+        ok = self._read_reports(
+            v
+            for v in jobs.values()
+            if v.node in names
+            and v.run
+            and (v.phase == "failed" or (v.phase == "succeeded" and v.operation == "gpu-reset"))
+        )
+        try:
+            node_pods = pods_to_drain(self.kube, selected, REMEDIATION_STATE_LABEL, "draining")
+        except _API_ERRORS as exc:
+            log.warning("listing pods to drain failed", extra={"error": _describe(exc)})
+            return False, RemediationPlan(), list(nodes)
+        config = spec.remediation
+        plan = plan_remediation(
+            config,
+            selected,
+            jobs,
+            reports=self._failed_runs,
+            node_pods=node_pods,
+            now=time.time(),
+            active_elsewhere=sum(
+                1
+                for n in nodes
+                if n.name not in names and n.labels.get(REMEDIATION_STATE_LABEL) in REMEDIATION_ACTIVE
+            ),
+            driver_enabled=spec.driver.enable,
+            validation_recipe=spec.test_runner.recipe if spec.test_runner.enable else None,
+            validation_timeout_s=float(spec.test_runner.timeout_seconds),
+            allocatable_expected=spec.device_plugin.enable,
+        )
+        # As in _drive: node patches first; a node's Jobs, evictions and Events only once its step is
+        # recorded (a taint patch refused for a stale resourceVersion runs again next pass).
+        skipped = self._patch_nodes(plan.patches)
+        ok &= not skipped
+        sent = plan.without(skipped)
+        manifests = [
+            build_job(
+                self.job_settings,
+                job.operation,
+                job.node,
+                job.vendor,
+                spec.driver,
+                playbook=job.playbook,
+                gpus=job.gpus,
+                run=job.run,
+            )
+            for job in sent.create_jobs
+        ]
+        ok &= self.driver_writer.send(
+            manifests,
+            sent.delete_jobs,
+            sent.evict,
+            (),
+            sent.events,
+            grace=config.node_drain_policy.grace_period_seconds,
+        )
+        if plan.patches or plan.create_jobs or plan.delete_jobs:
+            self.dirty.set()  # as in _drive: the next step is often due at once
+        for _node, result in sent.finished:
+            self.metrics.remediation_runs.labels(result).inc()
+        if plan.wake_after is not None:
+            due = time.monotonic() + plan.wake_after
+            self._wake_at = min(self._wake_at or due, due)
+        after = {n.name: n for n in (views.node_info(obj) for obj in self.nodes.items())}
+        return ok, plan, [after.get(n.name, n) for n in nodes]
 
     def _drive(
         self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo], pods: PodIndex
@@ -350,21 +507,8 @@ class Reconciler:
             for n in nodes
             if matches(spec.selector, n.labels) and n.annotations.get(OWNER_ANNOTATION) in (None, owner)
         ]
-        jobs: dict[tuple[str, str], JobView] = {}
-        for obj in self.jobs.items():
-            view = job_view(obj)
-            if view is not None:
-                jobs[(view.node, view.operation)] = view
-        ok = True
-        for view in jobs.values():
-            if view.phase == "failed" and view.uid not in self._failed_runs:
-                try:
-                    self._failed_runs[view.uid] = read_failed_run(self.kube, view, self.settings.namespace)
-                except _API_ERRORS as exc:
-                    ok = False
-                    log.warning(
-                        "reading a failed Job's pod failed", extra={"job": view.name, "error": _describe(exc)}
-                    )
+        jobs = self._job_views()
+        ok = self._read_reports(v for v in jobs.values() if v.phase == "failed" and not v.run)
         try:
             node_pods = pods_to_drain(self.kube, selected)
         except _API_ERRORS as exc:
@@ -409,6 +553,8 @@ class Reconciler:
         owner = object_key(obj)
         finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
         if FINALIZER not in finalizers:
+            return
+        if not self._stop_remediation(owner, None, nodes, f"DeviceConfig {owner} deleted"):
             return
         plan = plan_rollout(owner, None, nodes, pods)
         if not self._apply(plan):

@@ -18,6 +18,7 @@ from gpuop_operator.driverflow import DriverNodeState, desired_version
 from gpuop_operator.model import READY, REMOVING
 from gpuop_operator.overridecheck import REASON as OVERRIDE_REASON
 from gpuop_operator.plan import RolloutPlan
+from gpuop_operator.remediation import NodeRemediation
 from gpuop_operator.validation import Validation
 
 JsonObj = dict[str, Any]
@@ -115,7 +116,7 @@ def build_status(
         "conditions": [c.to_wire(generation, now, old.get(c.type)) for c in conditions],
     }
     if plan is None:
-        for key in ("selectedNodes", "readyNodes", "operands", "stages", "nodes", "driver"):
+        for key in ("selectedNodes", "readyNodes", "operands", "stages", "nodes", "driver", "remediation"):
             if key in previous:
                 status[key] = previous[key]
         return status
@@ -147,6 +148,23 @@ def driver_status(driver: DriverConfig, states: Mapping[str, DriverNodeState]) -
         "states": dict(sorted(Counter(s.state for s in states.values()).items())),
         "nodes": nodes,
     }
+
+
+def remediation_status(states: Mapping[str, NodeRemediation]) -> JsonObj:
+    """`status.remediation`: nodes per state, and per node in or after a run its state, why, and
+    the last runs (start, end, trigger, steps, result). Healthy nodes with no history are left out."""
+    nodes = {}
+    for name, node in sorted(states.items()):
+        if node.state == "healthy" and not node.history:
+            continue
+        entry: JsonObj = {"state": node.state}
+        if node.message:
+            entry["message"] = node.message
+        if node.history:
+            entry["history"] = [dict(run) for run in node.history]
+        nodes[name] = entry
+    counted = Counter(s.state for s in states.values() if s.state != "healthy")
+    return {"states": dict(sorted(counted.items())), "nodes": nodes}
 
 
 def transitions(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[JsonObj]:

@@ -13,7 +13,7 @@ from typing import Any
 from gpuop_common.config import OPERAND_SECTIONS, DeviceConfigSpec, LabelSelector
 from pydantic import ValidationError
 
-from gpuop_operator.model import SUPPORTED_SERVICES, NodeInfo
+from gpuop_operator.model import OPERATOR_SECTIONS, SUPPORTED_SERVICES, NodeInfo
 from gpuop_operator.selector import matches
 
 INVALID_SPEC = "InvalidSpec"
@@ -109,7 +109,8 @@ def unsupported_sections(spec: DeviceConfigSpec) -> list[Problem]:
     problems = []
     for service, key in OPERAND_SECTIONS.items():
         section = spec.section(service)
-        if getattr(section, "enable", False) and service not in SUPPORTED_SERVICES:
+        available = service in SUPPORTED_SERVICES or service in OPERATOR_SECTIONS
+        if getattr(section, "enable", False) and not available:
             problems.append(
                 Problem(
                     UNSUPPORTED,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from gpuop_operator.model import LABEL_PREFIX, NodeInfo, PodInfo
+from gpuop_operator.model import LABEL_PREFIX, NodeCondition, NodeInfo, PodInfo
 
 JsonObj = dict[str, Any]
 NAME_LABEL = "app.kubernetes.io/name"
@@ -16,6 +17,7 @@ def _meta(obj: JsonObj, *keys: str) -> JsonObj:
     return {key: meta[key] for key in keys if key in meta}
 
 
+CONDITION_MESSAGE_CHARS = 2048  # the labeller's longest GPUHealthy message: every broken GPU named
 # Extended resources that are GPUs or GPU partitions (device plugin names, both vendors).
 GPU_RESOURCE_PREFIXES = ("amd.com/", "nvidia.com/")
 
@@ -33,15 +35,36 @@ def trim_node(obj: JsonObj) -> JsonObj:
     allocatable = {
         k: v for k, v in (status.get("allocatable") or {}).items() if k.startswith(GPU_RESOURCE_PREFIXES)
     }
+    # Remediation's triggers: every condition but Ready (kept above), the message cut short.
+    conditions = [
+        {
+            "type": c.get("type"),
+            "status": c.get("status"),
+            "lastTransitionTime": c.get("lastTransitionTime"),
+            "reason": str(c.get("reason") or "")[:200],
+            "message": str(c.get("message") or "")[:CONDITION_MESSAGE_CHARS],
+        }
+        for c in status.get("conditions") or []
+        if c.get("type") and c.get("type") != "Ready"
+    ]
+    spec = obj.get("spec") or {}
     return {
         "metadata": meta,
-        "spec": {"unschedulable": bool((obj.get("spec") or {}).get("unschedulable"))},
+        "spec": {"unschedulable": bool(spec.get("unschedulable")), "taints": list(spec.get("taints") or [])},
         "status": {
             "ready": ready == "True",
             "bootID": str((status.get("nodeInfo") or {}).get("bootID", "")),
             "gpus": allocatable,
+            "conditions": conditions,
         },
     }
+
+
+def _epoch(value: Any) -> float:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _count(value: Any) -> int:
@@ -94,6 +117,20 @@ def node_info(obj: JsonObj) -> NodeInfo:
         ready=bool(status.get("ready")),
         boot_id=str(status.get("bootID", "")),
         gpus_allocatable=sum(_count(v) for v in (status.get("gpus") or {}).values()),
+        conditions={
+            str(c["type"]): NodeCondition(
+                status=str(c.get("status") or "Unknown"),
+                since=_epoch(c.get("lastTransitionTime")),
+                reason=str(c.get("reason") or ""),
+                message=str(c.get("message") or ""),
+            )
+            for c in status.get("conditions") or []
+        },
+        taints=tuple(
+            {str(k): str(v) for k, v in t.items() if v is not None}
+            for t in (trimmed.get("spec") or {}).get("taints") or []
+        ),
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 

@@ -27,6 +27,24 @@ class RateLimit(ConfigModel):
     window_seconds: int = Field(18000, ge=60, le=2_592_000, description="Length of the window in seconds.")
 
 
+# A Node condition type: a qualified name (`KernelDeadlock`, `example.com/GpuXid`).
+ConditionType = Annotated[
+    str,
+    Field(
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+        max_length=316,
+    ),
+]
+
+
+class ConditionTrigger(ConfigModel):
+    """A Node condition that starts a remediation while it has `status` (node-problem-detector's
+    conditions are True when the problem is there)."""
+
+    type: ConditionType = Field(description="Node condition type, e.g. KernelDeadlock.")
+    status: Literal["True", "False", "Unknown"] = Field("True", description="Status that means broken.")
+
+
 class RemediationConfig(ConfigModel):
     """Automatic node remediation run by the operator."""
 
@@ -37,7 +55,9 @@ class RemediationConfig(ConfigModel):
     )
     rate_limit: RateLimit = Field(default_factory=RateLimit, description="Per-node run limit.")
     playbook: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$", max_length=253)] = Field(
-        "remediation", description="Playbook to run: built-in name or the ConfigMap overriding it."
+        "gpu-reset",
+        description="Repair playbook: the built-in gpu-reset, or a key <name>.yml of the playbook "
+        "override ConfigMap (same extra vars and result contract).",
     )
     node_drain_policy: DrainPolicy = Field(default_factory=DrainPolicy, description="Drain before repair.")
     auto_start: bool = Field(True, description="Start without waiting for an approval label on the node.")
@@ -45,3 +65,20 @@ class RemediationConfig(ConfigModel):
         900, ge=60, le=86400, description="Fail the run when the node is not back this long after reboot."
     )
     validate_after: bool = Field(True, description="Run the GPU validation test before untainting.")
+    conditions: list[ConditionTrigger] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Node conditions that start a remediation besides GPUHealthy=False (the labeller's).",
+    )
+    condition_hold_seconds: int = Field(
+        60, ge=0, le=86400, description="A trigger condition must hold this long (lastTransitionTime)."
+    )
+    reset_clear_seconds: int = Field(
+        120,
+        ge=0,
+        le=3600,
+        description="After a successful reset, wait this long for the condition to clear before rebooting.",
+    )
+    history_limit: int = Field(
+        5, ge=0, le=50, description="Finished runs per node kept in DeviceConfig status.remediation."
+    )
