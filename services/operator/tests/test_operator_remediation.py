@@ -556,3 +556,35 @@ def test_a_user_repair_playbook_comes_from_the_override_config_map_and_holds_unt
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["playbook", "site-fix"] and "--overrides-dir" in args
     api.delete(CONFIGMAPS, overrides, NAMESPACE)
+
+
+def test_a_node_that_leaves_the_selector_mid_run_is_given_back(
+    cluster: tuple[SimCluster, Outcomes], kit: Any
+) -> None:
+    sim, outcomes = cluster
+    api = sim.api()
+    amd = "feature.node.kubernetes.io/pci-1002.present"
+    outcomes.failing = {"amd-0"}  # the run ends `failed`: tainted and cordoned for a person
+    try:
+        with kit.operator_running(sim):
+            put_spec(sim, kit, {**remediation(), "selector": {"matchLabels": {amd: "true"}}})
+            set_gpu_health(sim, "amd-0", False)
+            wait_state(sim, ("amd-0",), "failed")
+            assert api.get(NODES, "amd-0")["spec"]["unschedulable"] is True
+            api.patch(NODES, "amd-0", {"metadata": {"labels": {amd: None}}})  # out of the DeviceConfig
+            sim.wait_for(
+                lambda: (
+                    state_of(sim, "amd-0") is None
+                    and not api.get(NODES, "amd-0")["spec"].get("unschedulable")
+                ),
+                timeout=30,
+                what="amd-0 given back",
+            )
+    finally:
+        outcomes.failing = set()
+        set_gpu_health(sim, "amd-0", True)
+        api.patch(NODES, "amd-0", {"metadata": {"labels": {amd: "true"}}})
+    node = api.get(NODES, "amd-0")
+    assert not [t for t in node["spec"].get("taints") or [] if t["key"] == TAINT_KEY]
+    stopped = [e["message"] for e in node_events(sim, "amd-0") if e["reason"] == "RemediationStopped"]
+    assert any("the node left the DeviceConfig's selector" in m for m in stopped), stopped

@@ -308,6 +308,13 @@ class Reconciler:
                 ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods)
             driver_ready = {n.name for n in nodes if driver_installed(n)}
         remediation_held = held
+        # A node that left the selector mid-run is given back at once: no run of ours goes on there.
+        gone = [
+            n
+            for n in nodes
+            if n.annotations.get(OWNER_ANNOTATION) == owner and not matches(spec.selector, n.labels)
+        ]
+        ok &= self._release(gone, "the node left the DeviceConfig's selector")
         if not spec.remediation.enable:
             ok &= self._stop_remediation(owner, spec.selector, nodes, "remediation.enable is false")
         elif not held:
@@ -414,7 +421,11 @@ class Reconciler:
             if n.annotations.get(OWNER_ANNOTATION) in ((None, owner) if selector is not None else (owner,))
             and (selector is None or matches(selector, n.labels))
         ]
-        plan = plan_release(mine, why)
+        return self._release(mine, why)
+
+    def _release(self, nodes: Sequence[NodeInfo], why: str) -> bool:
+        """Lift the taint, cordon and labels a remediation run left on `nodes` (see plan_release)."""
+        plan = plan_release(nodes, why)
         if not plan.patches:
             return True
         skipped = self._patch_nodes(plan.patches)
