@@ -101,7 +101,8 @@ def plan_slices(
     """Bring `existing` (this node's slices of this driver, as listed) to the desired pool.
 
     Unchanged content keeps the generation and sends nothing; any change bumps the generation past
-    every stored one and rewrites all slices of the pool (consumers see one consistent pool).
+    every stored one (the first publish is generation 1) and rewrites all slices of the pool, so
+    consumers never mix slices of two generations.
     """
     stored = {(obj.get("metadata") or {}).get("name", ""): obj for obj in existing}
     current = max((int(_pool(obj).get("generation") or 0) for obj in existing), default=0)
@@ -118,7 +119,7 @@ def plan_slices(
     )
     if unchanged:
         return SlicePlan(generation=current)
-    generation = current + 1 if existing else current
+    generation = current + 1
     desired = desired_slices(node, driver, devices, generation, owner)
     create, update = [], []
     for obj in desired:
