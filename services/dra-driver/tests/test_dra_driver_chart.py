@@ -72,7 +72,7 @@ def test_operator_managed_render_selects_the_deploy_label() -> None:
 def test_rendered_only_where_resource_k8s_io_v1_is_served() -> None:
     with pytest.raises(helm.ChartError, match=r"requires kubeVersion: >=1\.34"):
         helm.template(CHART, kube_version="1.33.0")
-    # Under the umbrella (whose kubeVersion is wider) the chart renders nothing on older clusters...
+    # Under the umbrella (which ignores a subchart's kubeVersion) the gate renders nothing...
     old = helm.template(UMBRELLA, kube_version="1.33.0")
     assert not [d for d in old if d["apiVersion"].startswith("resource.k8s.io")]
     assert not [d for d in old if "dra-driver" in d["metadata"]["name"]]
