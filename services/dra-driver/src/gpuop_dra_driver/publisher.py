@@ -69,12 +69,13 @@ class SlicePublisher:
             log.info(
                 "ResourceSlices published",
                 extra={
-                    "node": self.node,
+                    "pool": self.node,
                     "generation": plan.generation,
                     "devices": len(devices),
-                    "created": len(plan.create),
-                    "updated": len(plan.update),
-                    "deleted": len(plan.delete),
+                    # not `created`: that is a LogRecord attribute and logging refuses it in `extra`
+                    "slices_created": len(plan.create),
+                    "slices_updated": len(plan.update),
+                    "slices_deleted": len(plan.delete),
                 },
             )
         self.generation = plan.generation
