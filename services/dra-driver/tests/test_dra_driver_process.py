@@ -1,4 +1,4 @@
-"""The console script as a real process: publishes, registers, prepares, and removes its sockets on SIGTERM."""
+"""The console script as a real process: publishes, registers, prepares, removes its sockets on SIGTERM."""
 
 from __future__ import annotations
 
