@@ -58,10 +58,11 @@ def serve(ctx: ServiceContext[DraDriverSettings]) -> int:
     if not s.node_name:
         log.error("node name unknown: set --node-name or NODE_NAME (the downward API's spec.nodeName)")
         return 1
-    for directory in (s.plugins_dir, s.registry_dir):
-        if not directory.is_dir():
-            log.error("kubelet directory does not exist", extra={"path": str(directory)})
-            return 1
+    # The kubelet watches the registry dir; without it nobody would ever call us. The plugins dir is
+    # ours to create (<plugins>/gpu.gpuop.dev/), as the chart's DirectoryOrCreate volume does.
+    if not s.registry_dir.is_dir():
+        log.error("kubelet plugin-registration directory does not exist", extra={"path": str(s.registry_dir)})
+        return 1
     try:
         backends = open_backends(s.host_root, s.vendor)
         api = KubeJson(make_api_client(s.kubeconfig))
