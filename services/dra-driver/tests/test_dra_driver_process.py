@@ -90,3 +90,25 @@ def test_the_process_publishes_prepares_and_cleans_up_on_sigterm(
     assert not (kubelet_emulator.plugins_registry / f"{DRIVER_NAME}-reg.sock").exists()
     assert (plugins / DRIVER_NAME / "checkpoint.json").is_file()  # the prepared claim outlives the process
     kubelet_emulator.wait_for(lambda: kubelet_emulator.dra_drivers() == {}, timeout=30)
+
+
+def test_bad_directories_end_the_process_with_a_clear_error(
+    gpu_node_root: MakeRoot, sim_kubeconfig: Path, short_tmp_dir: Path
+) -> None:
+    info = gpu_node_root("amd-single")
+    deep = short_tmp_dir / ("d" * 60) / ("e" * 40)  # the registration socket would not fit sun_path
+    deep.mkdir(parents=True)
+    common = [
+        sys.executable, "-m", "gpuop_dra_driver.main", f"--host-root={info.root}", f"--node-name={NODE}",
+        f"--kubeconfig={sim_kubeconfig}", f"--plugins-dir={short_tmp_dir / 'plugins'}", "--probe-port=0",
+    ]  # fmt: skip
+    for registry, message in (
+        (short_tmp_dir / "missing", "kubelet plugin-registration directory does not exist"),
+        (deep, "cannot serve the plugin sockets"),
+    ):
+        done = subprocess.run(
+            [*common, f"--registry-dir={registry}"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert message in done.stderr
+        assert "Traceback" not in done.stderr

@@ -17,7 +17,7 @@ from gpuop_common.gpu import GpuBackendError, open_backends
 from gpuop_common.gpu.cdi import DEFAULT_CDI_DIR
 from gpuop_common.kube import KubeConfigError, make_api_client
 from gpuop_common.kubejson import KubeJson
-from gpuop_common.kubelet import dra
+from gpuop_common.kubelet import SocketPathTooLongError, dra
 from gpuop_common.kubelet import pluginregistration as reg
 from gpuop_common.settings import AgentSettings
 from gpuop_common.shutdown import ServiceContext, run_service
@@ -92,7 +92,11 @@ def serve(ctx: ServiceContext[DraDriverSettings]) -> int:
     ctx.probes.add_readiness_check("registered", lambda: sockets.registered)
     ctx.probes.add_readiness_check("slices", lambda: service.publish_error is None)
     try:
-        sockets.start()
+        try:
+            sockets.start()
+        except (SocketPathTooLongError, OSError) as exc:  # too long, in use, a failed bind
+            log.error("cannot serve the plugin sockets", extra={"error": str(exc)})
+            return 1
         service.tick()
         if s.once:
             return 0 if service.publish_error is None else 1
