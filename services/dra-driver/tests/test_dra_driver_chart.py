@@ -46,6 +46,9 @@ def test_standalone_render_validates_and_selects_gpu_nodes() -> None:
         "--registry-dir=/var/lib/kubelet/plugins_registry",
         "--cdi-spec-dir=/var/run/cdi",
     } <= set(container["args"])
+    # Its own probe port (docs/charts.md): never the device plugin's 8081.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8085}
+    assert "--probe-port=8085" in container["args"]
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["host-root"]["readOnly"] is True
     assert mounts["plugins-registry"]["mountPath"] == "/var/lib/kubelet/plugins_registry"
