@@ -156,9 +156,9 @@ def run() -> list[dict[str, Any]]:
     server = SimApiServer().start()
     try:
         info = build_node_root("amd-mi300x-cpx", work / "root")
-        # The capture lacks one XCD of its last GPU; re-laying that GPU (SPX, then CPX) gives all 64.
+        # The capture lacks one XCD of its last GPU; re-laying that GPU (QPX, then CPX) gives all 64.
         backend = AmdSysfsBackend(info.root, writer=amd_driver.write_attr)
-        backend.set_partition_mode(info.pci_addresses[7], "spx_nps1")
+        backend.set_partition_mode(info.pci_addresses[7], "qpx_nps4")
         backend.set_partition_mode(info.pci_addresses[7], "cpx_nps4")
         devices = build_devices(open_backends(info.root)[0].enumerate())
         rows = _publish_rows(devices, server, work)

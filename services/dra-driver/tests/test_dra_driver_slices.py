@@ -94,24 +94,25 @@ def test_a_partition_change_re_publishes_with_a_new_generation(
     info = gpu_node_root("amd-mi300x-cpx")
     run_driver(info, rescan_interval=0.5)
     wait_until(lambda: bool(own(kube)))
-    # What the config manager does, through the simulated amdgpu driver (see the device plugin's test):
-    # GPU 0 becomes one whole device; the rebuilt topology gives the last GPU its eighth partition.
-    AmdSysfsBackend(info.root, writer=amd_driver.write_attr).set_partition_mode(
-        info.pci_addresses[0], "spx_nps1"
-    )
+    # What the config manager does for a compute-only change (no driver reload), through the
+    # simulated amdgpu driver (see the device plugin's test): GPU 0 becomes 4 QPX partitions; the
+    # rebuilt topology gives the capture's last GPU its eighth partition: 7 x 8 CPX + 4 QPX.
+    gpu0 = info.pci_addresses[0]
+    AmdSysfsBackend(info.root, writer=amd_driver.write_attr).set_partition_mode(gpu0, "qpx_nps4")
 
-    def kinds() -> list[str]:
-        return sorted(attr(d, "type") for d in devices_of(own(kube)).values())
+    def profiles() -> list[tuple[str, str]]:
+        return sorted(
+            (attr(d, "pciAddress"), attr(d, "partitionProfile")) for d in devices_of(own(kube)).values()
+        )
 
-    # The driver may publish a state in between (the mode is written in two steps); wait for the end.
-    wait_until(lambda: kinds() == ["gpu"] + ["partition"] * 56)
+    # The driver may publish a state in between (the KFD nodes are re-laid one by one); wait for the end.
+    wait_until(lambda: len(profiles()) == 60 and profiles().count((gpu0, "qpx_nps4")) == 4)
     assert own(kube)[0]["spec"]["pool"]["generation"] >= 2
     devices = devices_of(own(kube))
-    (whole,) = [d for d in devices.values() if attr(d, "type") == "gpu"]
-    assert (
-        attr(whole, "pciAddress") == info.pci_addresses[0] and attr(whole, "partitionProfile") == "spx_nps1"
-    )
-    assert whole["capacity"]["computeUnits"] == {"value": "304"}
+    qpx = [d for d in devices.values() if attr(d, "pciAddress") == gpu0]
+    assert sorted(d["name"] for d in qpx) == [f"gpu-0000-05-00-0-part-{i}" for i in range(4)]
+    assert {attr(d, "type") for d in qpx} == {"partition"}
+    assert {d["capacity"]["computeUnits"]["value"] for d in qpx} == {"76"}  # 2 XCDs of 38 CUs each
 
 
 def test_an_unhealthy_gpu_leaves_the_slice(
