@@ -35,6 +35,7 @@ DOC_PAGES = (
     "docs/charts.md",
     "docs/config-manager.md",
     "docs/device-plugin.md",
+    "docs/dra-driver.md",
     "docs/gpu-operator-chart.md",
     "docs/metrics-exporter.md",
     "docs/node-labeller.md",
@@ -107,10 +108,28 @@ def test_every_chart_builds_lints_and_renders_alone_with_plain_helm(clone: Path,
     if helm.chart_meta(chart).get("type") == "library":
         return
     version = read_version(clone)
+    minimum = str(helm.chart_meta(chart).get("kubeVersion", ""))
     for kube_version in KUBE_VERSIONS:
+        if not supports(minimum, kube_version):
+            # A chart that needs a newer API (dra-driver: resource.k8s.io/v1) must say so, not half-render.
+            with pytest.raises(helm.ChartError, match="requires kubeVersion"):
+                helm.template(chart, kube_version=kube_version)
+            continue
         manifests = helm.template(chart, kube_version=kube_version)
         assert_valid(manifests, kube_version)
         assert all(image.endswith(f":{version}") for image in images(manifests)), images(manifests)
+
+
+def supports(constraint: str, kube_version: str) -> bool:
+    """Whether a Chart.yaml `kubeVersion` of the form `>=X.Y.Z[-0]` (or none) admits this version."""
+    if not constraint:
+        return True
+    assert constraint.startswith(">="), f"unsupported kubeVersion constraint {constraint!r}"
+
+    def parts(version: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in version.split("-", maxsplit=1)[0].split("."))
+
+    return parts(kube_version) >= parts(constraint[2:])
 
 
 def doc_commands(page: Path) -> list[str]:
@@ -248,6 +267,7 @@ def test_operator_benchmark_installs_the_operands_from_a_fresh_clone(clone: Path
     assert sorted(d["metadata"]["name"] for d in daemonsets) == [
         "gpuop-config-manager",
         "gpuop-device-plugin",
+        "gpuop-dra-driver",  # the simulated server serves resource.k8s.io/v1
         "gpuop-metrics-exporter",
         "gpuop-node-labeller",
         "gpuop-test-runner",

@@ -432,3 +432,45 @@ def test_no_driver_values_keep_the_umbrella_deviceconfigs_and_turn_the_driver_on
     manager = next(d for d in daemonsets if d["metadata"]["name"].endswith("config-manager"))
     args = manager["spec"]["template"]["spec"]["containers"][0]["args"]
     assert any(a.startswith("--host-exec=") and "gpuop_sim.hostfakes" in a for a in args)
+
+
+def test_dra_rows_show_the_devices_of_the_node_s_resource_slices() -> None:
+    from gpuop_sim.demo import DRA_DRIVER
+
+    sim = [SimNode("amd-0", "amd-mi300x-cpx", "amd", 8, Path("/r"), "127.10.0.1")]
+    node = {
+        "metadata": {"name": "amd-0", "labels": {"gpuop.dev/sim-profile": "amd-mi300x-cpx"}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"cpu": "64"}},
+    }
+
+    def piece(node_name: str, driver: str, count: int) -> dict[str, Any]:
+        devices = [{"name": f"d{i}"} for i in range(count)]
+        return {"spec": {"driver": driver, "nodeName": node_name, "devices": devices}}
+
+    slices = [piece("amd-0", DRA_DRIVER, 60), piece("amd-0", DRA_DRIVER, 3), piece("amd-0", "other.io", 5)]
+    slices.append(piece("amd-1", DRA_DRIVER, 8))
+    (row,) = node_rows(sim, [node], [], slices)
+    assert row.resources == f"{DRA_DRIVER}=63 (DRA)"
+    (plain,) = node_rows(sim, [node], [])
+    assert plain.resources == "-"
+
+
+def test_dra_values_swap_the_device_plugin_for_the_dra_driver(tmp_path: Path) -> None:
+    import yaml
+    from gpuop_sim import helm
+    from gpuop_sim.binaries import repo_root
+    from gpuop_sim.demo import device_config_values
+
+    chart = repo_root() / "charts" / "gpu-operator"
+    out = device_config_values(chart, tmp_path / "v.yaml", driver=False, partitions=False, dra=True)
+    written = yaml.safe_load(out.read_text())
+    defaults = yaml.safe_load((chart / "values.yaml").read_text())["deviceConfigs"]
+    assert [c["name"] for c in written["deviceConfigs"]] == [c["name"] for c in defaults]
+    for config in written["deviceConfigs"]:
+        assert config["spec"]["devicePlugin"] == {"enable": False}
+        assert config["spec"]["draDriver"] == {"enable": True}
+        assert "driver" not in config["spec"]  # --no-driver not given
+    both = device_config_values(chart, tmp_path / "b.yaml", driver=True, partitions=True, dra=True)
+    helm.dependency_build(chart)
+    docs = helm.template(chart, values_files=[both])
+    assert any(d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuop-dra-driver" for d in docs)

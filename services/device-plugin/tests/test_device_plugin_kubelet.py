@@ -11,6 +11,7 @@ import grpc
 import pytest
 from gpuop_common.config import DevicePluginConfig
 from gpuop_common.gpu import AmdSysfsBackend, open_backends
+from gpuop_common.gpu.cdi import validate_spec
 from gpuop_common.kubelet import deviceplugin as dp
 from gpuop_common.kubelet import dial_unix
 from gpuop_sim.kubelet import KubeletEmulator
@@ -312,6 +313,7 @@ def test_cdi_mode_names_devices_and_writes_the_spec(
     assert not response.devices
     spec = json.loads((info.root / "var/run/cdi/gpuop-amd.com-gpu.json").read_text())
     assert spec["kind"] == "amd.com/gpu" and spec["cdiVersion"] == "0.6.0"
+    validate_spec(spec)  # what a CDI runtime would load
     entry = next(d for d in spec["devices"] if d["name"] == one)
     nodes = {n["path"] for n in entry["containerEdits"]["deviceNodes"]}
     assert "/dev/kfd" in nodes

@@ -50,6 +50,16 @@ def test_an_enabled_config_manager_section_is_accepted() -> None:
     assert result.spec.config_manager.profiles[0].amd is not None
 
 
+def test_the_dra_driver_instead_of_the_device_plugin_is_accepted_but_not_both() -> None:
+    spec: dict[str, Any] = {"devicePlugin": {"enable": False}, "draDriver": {"enable": True}}
+    result = validate(dc(spec), NODES)
+    assert result.ok and result.spec is not None, result.problems
+    assert result.spec.dra_driver.enable
+    both = validate(dc({"draDriver": {"enable": True}}), NODES)  # devicePlugin is on by default
+    assert [p.reason for p in both.problems] == [INVALID_SPEC]
+    assert "the DRA driver and the device plugin cannot both be enabled" in both.summary()[1]
+
+
 @pytest.mark.parametrize(
     ("spec", "reason", "field"),
     [
@@ -79,11 +89,6 @@ def test_an_enabled_config_manager_section_is_accepted() -> None:
             {"vendor": "nvidia", "configManager": {"enable": True, "profiles": [{"name": "cpx", "amd": {}}]}},
             INVALID_SPEC,
             "configManager.profiles[].amd",
-        ),
-        (
-            {"devicePlugin": {"enable": False}, "draDriver": {"enable": True}},
-            UNSUPPORTED,
-            "spec.draDriver.enable",
         ),
         (
             {"vendor": "amd", "devicePlugin": {"migStrategy": "single"}},

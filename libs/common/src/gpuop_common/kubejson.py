@@ -58,6 +58,9 @@ JOBS = Resource("batch/v1", "jobs", "Job")
 CRDS = Resource(
     "apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
 )
+RESOURCESLICES = Resource("resource.k8s.io/v1", "resourceslices", "ResourceSlice", namespaced=False)
+RESOURCECLAIMS = Resource("resource.k8s.io/v1", "resourceclaims", "ResourceClaim")
+DEVICECLASSES = Resource("resource.k8s.io/v1", "deviceclasses", "DeviceClass", namespaced=False)
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
 
 

@@ -12,7 +12,8 @@ column shows the node labeller's GPUHealthy condition and the node go through re
 Each pod shows what `kubectl get pods` would (`device-plugin CrashLoopBackOff x26`: its container's
 waiting/terminated reason and restart count), coloured on a terminal. `--no-live`, or a stdout that
 is not a terminal (`make demo | tee demo.log`), prints the table on each change instead;
-`--duration` exits after that many seconds.
+`--duration` exits after that many seconds. `--dra` runs the DRA driver instead of the device plugin
+(the allocatable column then shows the devices its ResourceSlices publish).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import yaml
 from gpuop_common.gpu import AmdSysfsBackend
+from gpuop_common.kubejson import RESOURCESLICES
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -65,6 +67,8 @@ DRIVER_LABELS = {"gpuop.dev/driver.version": "driver", "gpuop.dev/driver-upgrade
 # With --no-driver the umbrella's DeviceConfigs install the driver through the operator's Jobs,
 # whose playbooks send host commands to the simulator's recording fakes.
 DEMO_DRIVER_VERSIONS = {"amd": "6.12", "nvidia": "570.124.06"}
+# With --dra the DeviceConfigs run the DRA driver instead of the device plugin (docs/dra-driver.md).
+DRA_DRIVER = "gpu.gpuop.dev"
 # Unless --no-partition: the AMD DeviceConfig runs the config manager, and once it is Ready on the
 # MI300X SPX node the demo labels that node for CPX/NPS4 (64 partitions when it is done).
 CONFIG_MANAGER = "config-manager"
@@ -200,8 +204,22 @@ def metrics_urls(pod: Obj) -> list[str]:
     return urls
 
 
-def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence[Obj]) -> list[NodeRow]:
+def dra_devices(slices: Sequence[Obj]) -> dict[str, int]:
+    """Node -> devices the DRA driver publishes there (its ResourceSlices' devices)."""
+    counts: dict[str, int] = {}
+    for item in slices:
+        spec = spec_of(item)
+        if spec.get("driver") == DRA_DRIVER and spec.get("nodeName"):
+            node = str(spec["nodeName"])
+            counts[node] = counts.get(node, 0) + len(spec.get("devices") or [])
+    return counts
+
+
+def node_rows(
+    sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence[Obj], slices: Sequence[Obj] = ()
+) -> list[NodeRow]:
     """One table row per Node object (pure: the demo's whole view of the cluster)."""
+    published = dra_devices(slices)
     by_name = {n.name: n for n in sim_nodes}
     rows = []
     for node in sorted(nodes, key=name_of):
@@ -212,6 +230,8 @@ def node_rows(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence
         ready = sum(1 for p in on_node if pod_phase(p) == "Running" and pod_is_ready(p))
         allocatable = status_of(node).get("allocatable") or {}
         resources = ", ".join(f"{k}={v}" for k, v in sorted(allocatable.items()) if is_extended(k))
+        if name in published:  # DRA devices are no node resource: show what the slices offer
+            resources = ", ".join(filter(None, [resources, f"{DRA_DRIVER}={published[name]} (DRA)"]))
         urls = [url for p in on_node for url in metrics_urls(p)]
         rows.append(
             NodeRow(
@@ -326,12 +346,13 @@ def kubectl_hint(kubeconfig: Path) -> str:
 
 
 def device_config_values(
-    chart: Path, out: Path, *, driver: bool, partitions: bool, remediation: bool = False
+    chart: Path, out: Path, *, driver: bool, partitions: bool, remediation: bool = False, dra: bool = False
 ) -> Path:
     """A values file for `chart` whose DeviceConfigs (the chart's own, so names, selectors and the
-    rest stay) also install the driver (`driver`, host commands going to the simulator's fakes)
-    and, on AMD, run the config manager with the demo's profile (`partitions`) and remediate
-    (`remediation`); helm's `--set` on a list index would replace the whole list."""
+    rest stay) also install the driver (`driver`, host commands going to the simulator's fakes),
+    run the DRA driver instead of the device plugin (`dra`) and, on AMD, run the config manager
+    with the demo's profile (`partitions`) and remediate (`remediation`); helm's `--set` on a list
+    index would replace the whole list."""
     defaults = yaml.safe_load((chart / "values.yaml").read_text()) or {}
     configs = []
     for config in defaults.get("deviceConfigs") or []:
@@ -340,6 +361,9 @@ def device_config_values(
         if driver:
             version = DEMO_DRIVER_VERSIONS.get(vendor, "")
             spec["driver"] = {"enable": True, "version": version, "upgradePolicy": {"rebootRequired": False}}
+        if dra:
+            spec["devicePlugin"] = {**(spec.get("devicePlugin") or {}), "enable": False}
+            spec["draDriver"] = {**(spec.get("draDriver") or {}), "enable": True}
         if partitions and vendor == "amd":
             spec["configManager"] = {"enable": True, "profiles": [DEMO_PARTITION_PROFILE]}
         if remediation and vendor == "amd":
@@ -454,6 +478,7 @@ class Snapshots:
         rest = self.cluster.api()
         nodes, _ = rest.list(NODES)
         pods, _ = rest.list(PODS)
+        slices, _ = rest.list(RESOURCESLICES)
         for name in self_check_due(nodes, pods, self.requested):
             self.requested.add(name)
             self.console.print(
@@ -468,7 +493,7 @@ class Snapshots:
         for name in break_due(self.cluster.nodes, nodes, self.broken) if self.breaks else []:
             self.broken.add(name)
             self._break(name)
-        return node_rows(self.cluster.nodes, nodes, pods)
+        return node_rows(self.cluster.nodes, nodes, pods, slices)
 
     def _break(self, name: str) -> None:
         """One uncorrectable RAS error on the node's first GPU, printed as the command that does it."""
@@ -502,6 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not remediate, nor break a GPU of the MI300X CPX node once it passed its self-check",
     )
     parser.add_argument(
+        "--dra",
+        action="store_true",
+        help="the DeviceConfigs run the DRA driver instead of the device plugin (ResourceSlices, CDI)",
+    )
+    parser.add_argument(
         "--chart",
         type=Path,
         default=repo_root() / "charts" / "gpu-operator",
@@ -527,15 +557,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (args.chart / "values.yaml").is_file():
             values.append(host_command_values(cluster.state_dir / "demo-host-values.yaml"))
         partitions, breaks = not args.no_partition, not args.no_break
-        if (args.no_driver or partitions or breaks) and (args.chart / "values.yaml").is_file():
+        if (args.no_driver or partitions or breaks or args.dra) and (args.chart / "values.yaml").is_file():
             out = cluster.state_dir / "demo-deviceconfig-values.yaml"
             values.append(
                 device_config_values(
-                    args.chart, out, driver=args.no_driver, partitions=partitions, remediation=breaks
+                    args.chart,
+                    out,
+                    driver=args.no_driver,
+                    partitions=partitions,
+                    remediation=breaks,
+                    dra=args.dra,
                 )
             )
         if args.no_driver:
             console.print("Nodes start without a driver: the operator installs it with its playbook Jobs.")
+        if args.dra:
+            console.print(f"GPUs go through DRA ({DRA_DRIVER} ResourceSlices), not the device plugin.")
         installed = install_operator_chart(cluster, args.chart, console, values)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         snapshot = Snapshots(

@@ -12,15 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuop_common.gpu import Vendor
+from gpuop_common.gpu.cdi import visible_devices_env
 
 from gpuop_device_plugin.cdi import cdi_device_name
 from gpuop_device_plugin.devices import HEALTHY, PluginDevice
 
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
-_ENV_NAMES = {
-    Vendor.AMD: ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
-    Vendor.NVIDIA: ("NVIDIA_VISIBLE_DEVICES",),
-}
 
 
 class AllocationRequestError(ValueError):
@@ -84,10 +81,7 @@ def grant(resource: str, chosen: Sequence[PluginDevice], *, cdi: bool) -> Contai
     ids = tuple(device.id for device in chosen)
     envs: dict[str, str] = {}
     for vendor in (Vendor.AMD, Vendor.NVIDIA):
-        visible = _unique([d.visible_id for d in chosen if d.vendor == vendor])
-        if visible:
-            for name in _ENV_NAMES[vendor]:
-                envs[name] = ",".join(visible)
+        envs.update(visible_devices_env(vendor, [d.visible_id for d in chosen if d.vendor == vendor]))
     if cdi:
         names = tuple(_unique([cdi_device_name(d) for d in chosen]))
         key = CDI_ANNOTATION_PREFIX + "gpuop-device-plugin_" + resource.replace("/", "_")

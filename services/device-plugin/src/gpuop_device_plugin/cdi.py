@@ -8,22 +8,19 @@ the device nodes of exactly that device. The kubelet hands the names to the runt
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gpuop_common.gpu import Vendor
+from gpuop_common.gpu.cdi import CDI_VERSION, DEFAULT_CDI_DIR, device_node_edits, write_spec_file
 
 from gpuop_device_plugin.devices import PluginDevice
 
 log = logging.getLogger(__name__)
 
-CDI_VERSION = "0.6.0"
-DEFAULT_CDI_DIR = Path("/var/run/cdi")
+__all__ = ["CDI_VERSION", "DEFAULT_CDI_DIR", "build_spec", "cdi_device_name", "cdi_kind", "write_spec"]
 _KINDS = {Vendor.AMD: "amd.com/gpu", Vendor.NVIDIA: "nvidia.com/gpu"}
 
 
@@ -52,9 +49,7 @@ def build_spec(vendor: Vendor, devices: Iterable[PluginDevice]) -> dict[str, Any
         "devices": [
             {
                 "name": name,
-                "containerEdits": {
-                    "deviceNodes": [{"path": path, "permissions": "rw"} for path in nodes],
-                },
+                "containerEdits": {"deviceNodes": device_node_edits(nodes)},
             }
             for name, nodes in sorted(entries.items())
         ],
@@ -74,15 +69,8 @@ def write_spec(directory: Path, vendor: Vendor, spec: dict[str, Any]) -> bool:
                 path.unlink()
                 return True
             return False
-        text = json.dumps(spec, indent=2, sort_keys=True) + "\n"
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
+        if not write_spec_file(path, spec):
             return False
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuop-cdi-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
     except OSError as exc:
         log.error("cannot write CDI spec", extra={"path": str(path), "error": str(exc)})
         return False

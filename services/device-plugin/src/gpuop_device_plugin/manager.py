@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpuop_common.config import DevicePluginConfig
 from gpuop_common.gpu import GpuBackend, GpuBackendError, GpuDevice, GpuHealth, NvmlBackend
+from gpuop_common.gpu.changes import changed_partition_modes, health_reason_key
 
 from gpuop_device_plugin.devices import UNHEALTHY, ResourcePlan
 from gpuop_device_plugin.health import HealthVerdict, evaluate, uncorrectable_totals
@@ -28,16 +29,6 @@ log = logging.getLogger(__name__)
 class ManagerState:
     plan: ResourcePlan
     verdict: HealthVerdict
-
-
-def _reason_key(reports: Sequence[GpuHealth]) -> frozenset[tuple[str, str]]:
-    keys = {(r.gpu_id, reason.code) for r in reports for reason in r.reasons}
-    keys |= {(p.id, reason.code) for r in reports for p in r.partitions for reason in p.reasons}
-    return frozenset(keys)
-
-
-def _partition_modes(gpus: Sequence[GpuDevice]) -> dict[str, str | None]:
-    return {g.id: g.partition.key if g.partition else None for g in gpus}
 
 
 class ResourceManager:
@@ -104,7 +95,7 @@ class ResourceManager:
         with self._lock:
             config = self._config
             reports = self._health()
-            reasons = _reason_key(reports)
+            reasons = health_reason_key(reports)
             if reasons != self._last_reasons:
                 self._rescan = True
             if self._rescan:
@@ -132,10 +123,7 @@ class ResourceManager:
 
     def _rescan_locked(self, config: DevicePluginConfig) -> None:
         current = self._enumerate()
-        before = _partition_modes(self._gpus)
-        changed_mode = [
-            gid for gid, mode in _partition_modes(current).items() if gid in before and before[gid] != mode
-        ]
+        changed_mode = changed_partition_modes(self._gpus, current)
         if changed_mode:
             log.info("partition mode changed; re-reading health baseline", extra={"gpus": changed_mode})
             for backend in self.backends:

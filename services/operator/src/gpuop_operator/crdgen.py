@@ -39,6 +39,7 @@ SUBCHARTS = (
     "crds",
     "operator",
     "device-plugin",
+    "dra-driver",
     "node-labeller",
     "metrics-exporter",
     "test-runner",

@@ -18,7 +18,15 @@ STAGES: tuple[tuple[str, ...], ...] = (
 )
 # Operands whose service exists in this release; enabling any other section is reported Unsupported.
 SUPPORTED_SERVICES: frozenset[str] = frozenset(
-    {"driver", "device-plugin", "node-labeller", "metrics-exporter", "test-runner", "config-manager"}
+    {
+        "driver",
+        "device-plugin",
+        "dra-driver",
+        "node-labeller",
+        "metrics-exporter",
+        "test-runner",
+        "config-manager",
+    }
 )
 # Stages run by the operator itself (per-node playbook Jobs), not by a DaemonSet and a deploy label.
 JOB_SERVICES: frozenset[str] = frozenset({"driver"})

@@ -1,0 +1,33 @@
+"""Noticing inventory changes cheaply: what the device plugin and the DRA driver poll.
+
+Enumeration is the expensive read; health is cheap. Both agents read health on every pass and
+enumerate again only when the set of health reasons changes (a vanished partition or a new
+partition mode shows up in health first) or on request. When a GPU's partition mode changed, the
+backends' health baseline must be re-taken, or the new partitions would read as vanished ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuop_common.gpu.models import GpuDevice, GpuHealth
+
+ReasonKey = frozenset[tuple[str, str]]
+
+
+def health_reason_key(reports: Sequence[GpuHealth]) -> ReasonKey:
+    """(device id, reason code) of every GPU- and partition-level health reason."""
+    keys = {(r.gpu_id, reason.code) for r in reports for reason in r.reasons}
+    keys |= {(p.id, reason.code) for r in reports for p in r.partitions for reason in p.reasons}
+    return frozenset(keys)
+
+
+def partition_modes(gpus: Sequence[GpuDevice]) -> dict[str, str | None]:
+    """GPU id -> `<compute>_<memory>` partition key (None when not partitionable)."""
+    return {g.id: g.partition.key if g.partition else None for g in gpus}
+
+
+def changed_partition_modes(before: Sequence[GpuDevice], after: Sequence[GpuDevice]) -> list[str]:
+    """Ids of GPUs present in both whose partition mode differs."""
+    old = partition_modes(before)
+    return [gid for gid, mode in partition_modes(after).items() if gid in old and old[gid] != mode]

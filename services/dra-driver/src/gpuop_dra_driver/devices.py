@@ -1,0 +1,228 @@
+"""The DRA devices of a node: one per whole GPU, AMD compute partition or NVIDIA MIG device (pure).
+
+Device names are DNS labels (ResourceSlice rule) built from the GPU's PCI address, so they name the
+same hardware across restarts and when another GPU vanishes (indices shift then):
+`gpu-<dddd>-<bb>-<dd>-<f>`, `...-part-<n>` (AMD partition n), `...-mig-<gi>-<ci>` (NVIDIA MIG device
+by GPU/compute instance). A partitioned GPU publishes its partitions only: the
+whole GPU is not allocatable while partitioned. Unhealthy devices (the backend's health reasons on
+the GPU or the partition) are left out, so the scheduler stops placing claims on them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuop_common.gpu import GpuDevice, GpuHealth, Vendor
+
+TYPE_GPU = "gpu"
+TYPE_PARTITION = "partition"
+MAX_ATTRIBUTE_STRING = 64  # ResourceSlice limit on string and version attribute values
+# semver 2.0.0, what a `version` attribute must be (the API server checks it).
+_SEMVER = re.compile(
+    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?"
+    r"(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?"
+)
+
+Attribute = dict[str, str | int | bool]  # {"string": ...} / {"int": ...} / {"version": ...}
+
+
+@dataclass(frozen=True, slots=True)
+class DraDevice:
+    """One allocatable device: what the slice publishes and what prepare needs."""
+
+    name: str
+    vendor: Vendor
+    type: str
+    uid: str  # GPU unique id / UUID, the partition or MIG id
+    gpu_id: str  # the physical GPU it lives on
+    visible_id: str  # what the vendor's *_VISIBLE_DEVICES names it by
+    device_nodes: tuple[str, ...]
+    attributes: Mapping[str, Attribute] = field(default_factory=dict)
+    capacity: Mapping[str, str] = field(default_factory=dict)
+
+    def slice_entry(self) -> dict[str, object]:
+        """The `spec.devices[]` item of a ResourceSlice."""
+        entry: dict[str, object] = {"name": self.name}
+        if self.attributes:
+            entry["attributes"] = {k: dict(v) for k, v in sorted(self.attributes.items())}
+        if self.capacity:
+            entry["capacity"] = {k: {"value": v} for k, v in sorted(self.capacity.items())}
+        return entry
+
+
+def gpu_name(gpu: GpuDevice) -> str:
+    """`gpu-0000-43-00-0` for PCI address 0000:43:00.0."""
+    return "gpu-" + re.sub(r"[^0-9a-z]", "-", gpu.pci_address.lower())
+
+
+def _string(value: str | None) -> Attribute | None:
+    if not value:
+        return None
+    return {"string": value[:MAX_ATTRIBUTE_STRING]}
+
+
+def _version(value: str | None) -> Attribute | None:
+    # NVIDIA 550.54.15 and amdgpu 6.10.5 are semver; anything else is left out rather than sent as
+    # a string, so a CEL expression on `driverVersion` always sees one type.
+    if value and _SEMVER.fullmatch(value) and len(value) <= MAX_ATTRIBUTE_STRING:
+        return {"version": value}
+    return None
+
+
+def _int(value: int | None) -> Attribute | None:
+    return {"int": value} if value is not None and value >= 0 else None
+
+
+def _attributes(**values: Attribute | None) -> dict[str, Attribute]:
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _capacity(memory: int | None, compute_units: int | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if memory is not None and memory > 0:
+        out["memory"] = str(memory)
+    if compute_units is not None and compute_units > 0:
+        out["computeUnits"] = str(compute_units)
+    return out
+
+
+def _gpu_attributes(gpu: GpuDevice, device_type: str) -> dict[str, Attribute]:
+    fabric = (
+        {"xgmiHive": _string(gpu.hive_id)}
+        if gpu.vendor == Vendor.AMD
+        else {"nvlinkClique": _string(gpu.nvlink_clique)}
+    )
+    return _attributes(
+        vendor=_string(str(gpu.vendor)),
+        type=_string(device_type),
+        pciAddress=_string(gpu.pci_address),
+        productName=_string(gpu.product_name or gpu.model),
+        family=_string(gpu.family),
+        architecture=_string(gpu.architecture),
+        deviceId=_string(f"0x{gpu.pci.device_id:04x}"),
+        driverVersion=_version(gpu.driver_version),
+        numaNode=_int(gpu.numa_node),
+        index=_int(gpu.index),
+        **fabric,
+    )
+
+
+def amd_devices(gpu: GpuDevice) -> list[DraDevice]:
+    base = _gpu_attributes(gpu, TYPE_GPU)
+    visible = f"GPU-{gpu.id}"
+    profile = gpu.partition.key if gpu.partition else None
+    if not gpu.partitions:
+        return [
+            DraDevice(
+                name=gpu_name(gpu),
+                vendor=Vendor.AMD,
+                type=TYPE_GPU,
+                uid=gpu.id,
+                gpu_id=gpu.id,
+                visible_id=visible,
+                device_nodes=gpu.device_nodes,
+                attributes={
+                    **base,
+                    "uuid": {"string": gpu.id},
+                    **_attributes(partitionProfile=_string(profile)),
+                },
+                capacity=_capacity(gpu.vram_total_bytes, gpu.compute_units),
+            )
+        ]
+    devices = []
+    for part in gpu.partitions:
+        numa = part.numa_node if part.numa_node is not None else gpu.numa_node
+        attributes: dict[str, Attribute] = {
+            **base,
+            "type": {"string": TYPE_PARTITION},
+            "uuid": {"string": part.id},
+            "parentGpu": {"string": gpu.id},
+            "partitionIndex": {"int": part.index},
+            **_attributes(partitionProfile=_string(profile), numaNode=_int(numa)),
+        }
+        devices.append(
+            DraDevice(
+                name=f"{gpu_name(gpu)}-part-{part.index}",
+                vendor=Vendor.AMD,
+                type=TYPE_PARTITION,
+                uid=part.id,
+                gpu_id=gpu.id,
+                visible_id=visible,
+                device_nodes=part.device_nodes,
+                attributes=attributes,
+                capacity=_capacity(part.memory_bytes, part.compute_units),
+            )
+        )
+    return devices
+
+
+def _mig_enabled(gpu: GpuDevice) -> bool:
+    return gpu.partition is not None and gpu.partition.compute == "mig"
+
+
+def nvidia_devices(gpu: GpuDevice) -> list[DraDevice]:
+    base = _gpu_attributes(gpu, TYPE_GPU)
+    if not _mig_enabled(gpu):
+        return [
+            DraDevice(
+                name=gpu_name(gpu),
+                vendor=Vendor.NVIDIA,
+                type=TYPE_GPU,
+                uid=gpu.id,
+                gpu_id=gpu.id,
+                visible_id=gpu.id,
+                device_nodes=gpu.device_nodes,
+                attributes={**base, "uuid": {"string": gpu.id}},
+                capacity=_capacity(gpu.vram_total_bytes, gpu.compute_units),
+            )
+        ]
+    devices = []
+    for mig in gpu.mig_devices:
+        suffix = (
+            f"{mig.gpu_instance_id}-{mig.compute_instance_id}"
+            if mig.gpu_instance_id is not None and mig.compute_instance_id is not None
+            else str(mig.index)
+        )
+        attributes: dict[str, Attribute] = {
+            **base,
+            "type": {"string": TYPE_PARTITION},
+            "uuid": {"string": mig.uuid},
+            "parentGpu": {"string": gpu.id},
+            "partitionIndex": {"int": mig.index},
+            **_attributes(partitionProfile=_string(mig.profile)),
+        }
+        devices.append(
+            DraDevice(
+                name=f"{gpu_name(gpu)}-mig-{suffix}",
+                vendor=Vendor.NVIDIA,
+                type=TYPE_PARTITION,
+                uid=mig.uuid,
+                gpu_id=gpu.id,
+                visible_id=mig.uuid,
+                device_nodes=mig.device_nodes,
+                attributes=attributes,
+                capacity=_capacity(mig.memory_bytes, None),
+            )
+        )
+    return devices
+
+
+def unhealthy_ids(reports: Sequence[GpuHealth]) -> frozenset[str]:
+    """GPU and partition ids with at least one health reason."""
+    bad = {r.gpu_id for r in reports if not r.healthy}
+    bad |= {p.id for r in reports for p in r.partitions if not p.healthy}
+    return frozenset(bad)
+
+
+def build_devices(gpus: Sequence[GpuDevice], unhealthy: frozenset[str] = frozenset()) -> list[DraDevice]:
+    """Every healthy device of these GPUs, sorted by name."""
+    devices: list[DraDevice] = []
+    for gpu in gpus:
+        if gpu.id in unhealthy:
+            continue
+        found = amd_devices(gpu) if gpu.vendor == Vendor.AMD else nvidia_devices(gpu)
+        devices.extend(d for d in found if d.uid not in unhealthy)
+    return sorted(devices, key=lambda d: d.name)

@@ -1,0 +1,90 @@
+"""The node's DRA devices, read from the gpuop_common backends the way the device plugin reads them.
+
+Health is read on every `refresh()`; enumeration (the expensive read) only at start, on request,
+every `rescan_interval` seconds (a partition change the health baseline does not show) and when the
+set of health reasons changes. A changed partition mode re-takes the backends' health
+baseline, as the device plugin does, so the new partitions do not read as vanished ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from gpuop_common.gpu import GpuBackend, GpuBackendError, GpuDevice, GpuHealth
+from gpuop_common.gpu.changes import ReasonKey, changed_partition_modes, health_reason_key
+
+from gpuop_dra_driver.devices import DraDevice, build_devices, unhealthy_ids
+
+log = logging.getLogger(__name__)
+
+
+class Inventory:
+    def __init__(self, backends: Sequence[GpuBackend], rescan_interval: float = 30.0) -> None:
+        self.backends = list(backends)
+        self.rescan_interval = rescan_interval
+        self._scanned_at = 0.0
+        self._lock = threading.Lock()
+        self._gpus: list[GpuDevice] = []
+        self._devices: dict[str, DraDevice] = {}
+        self._reasons: ReasonKey | None = None
+        self._rescan = True
+
+    def request_rescan(self) -> None:
+        self._rescan = True
+
+    def devices(self) -> dict[str, DraDevice]:
+        """Device name -> device, as of the last refresh."""
+        with self._lock:
+            return dict(self._devices)
+
+    def _health(self) -> tuple[list[GpuHealth], set[str]]:
+        reports: list[GpuHealth] = []
+        failed: set[str] = set()
+        for backend in self.backends:
+            try:
+                reports.extend(backend.health())
+            except (GpuBackendError, OSError) as exc:
+                failed.add(str(backend.vendor))
+                log.error("GPU health check failed", extra={"vendor": str(backend.vendor), "error": str(exc)})
+        return reports, failed
+
+    def _enumerate(self) -> list[GpuDevice]:
+        found: list[GpuDevice] = []
+        for backend in self.backends:
+            try:
+                found.extend(backend.enumerate())
+            except (GpuBackendError, OSError) as exc:
+                log.error("GPU enumeration failed", extra={"vendor": str(backend.vendor), "error": str(exc)})
+        return found
+
+    def refresh(self) -> list[DraDevice]:
+        """Re-read health (and the GPUs when needed); the healthy devices, sorted by name."""
+        with self._lock:
+            reports, failed = self._health()
+            reasons = health_reason_key(reports)
+            due = time.monotonic() - self._scanned_at >= self.rescan_interval
+            if self._rescan or due or reasons != self._reasons:
+                self._rescan = False
+                self._scanned_at = time.monotonic()
+                gpus = self._enumerate()
+                changed = changed_partition_modes(self._gpus, gpus)
+                if changed:
+                    log.info("partition mode changed; re-reading health baseline", extra={"gpus": changed})
+                    for backend in self.backends:
+                        backend.reset_health()
+                    reports, failed = self._health()
+                    reasons = health_reason_key(reports)
+                self._gpus = gpus
+            self._reasons = reasons
+            # A vendor whose health cannot be read publishes nothing: its devices are unknown.
+            gpus = [g for g in self._gpus if str(g.vendor) not in failed]
+            devices = build_devices(gpus, unhealthy_ids(reports))
+            self._devices = {d.name: d for d in devices}
+            return devices
+
+    def close(self) -> None:
+        for backend in self.backends:
+            backend.close()

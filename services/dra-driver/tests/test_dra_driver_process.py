@@ -1,0 +1,114 @@
+"""The console script as a real process: publishes, registers, prepares, removes its sockets on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuop_common.kubejson import NODES, RESOURCECLAIMS, RESOURCESLICES, KubeJson
+from gpuop_dra_driver import DRIVER_NAME
+from gpuop_sim.kubelet import DraClaim, KubeletEmulator
+from gpuop_sim.nodes import NodeRootInfo
+
+MakeRoot = Callable[..., NodeRootInfo]
+NODE = "proc-node"
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout:g}s")
+        time.sleep(0.1)
+
+
+def test_the_process_publishes_prepares_and_cleans_up_on_sigterm(
+    gpu_node_root: MakeRoot,
+    kubelet_emulator: KubeletEmulator,
+    kube_api_client: Any,
+    sim_kubeconfig: Path,
+) -> None:
+    info = gpu_node_root("amd-mi300x-cpx")
+    api = KubeJson(kube_api_client)
+    api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    plugins = kubelet_emulator.root / "var/lib/kubelet/plugins"
+    plugins.mkdir(parents=True, exist_ok=True)
+    kubelet_emulator.plugins_registry.mkdir(parents=True, exist_ok=True)
+    args = [
+        sys.executable,
+        "-m",
+        "gpuop_dra_driver.main",
+        f"--host-root={info.root}",
+        f"--node-name={NODE}",
+        f"--kubeconfig={sim_kubeconfig}",
+        f"--plugins-dir={plugins}",
+        f"--registry-dir={kubelet_emulator.plugins_registry}",
+        f"--cdi-spec-dir={info.root / 'var/run/cdi'}",
+        "--probe-port=0",
+        "--interval=0.2",
+    ]
+    proc = subprocess.Popen(args, env={**os.environ, **info.env}, stderr=subprocess.PIPE, text=True)
+    try:
+        kubelet_emulator.wait_for(lambda: DRIVER_NAME in kubelet_emulator.dra_drivers(), timeout=60)
+
+        def slices() -> list[dict[str, Any]]:
+            return api.list(RESOURCESLICES, fieldSelector=f"spec.nodeName={NODE}")[0]
+
+        wait_until(lambda: bool(slices()))
+        (published,) = slices()
+        devices = sorted(d["name"] for d in published["spec"]["devices"])
+        assert len(devices) == 63
+        claim = api.create(
+            RESOURCECLAIMS,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "c"},
+                "spec": {
+                    "devices": {"requests": [{"name": "p", "exactly": {"deviceClassName": DRIVER_NAME}}]}
+                },
+            },
+            "default",
+        )
+        result = {"request": "p", "driver": DRIVER_NAME, "pool": NODE, "device": devices[0]}
+        api.replace_status(RESOURCECLAIMS, claim, {"allocation": {"devices": {"results": [result]}}})
+        ref = DraClaim("default", claim["metadata"]["uid"], "c")
+        answer = kubelet_emulator.prepare(DRIVER_NAME, [ref])[ref.uid]
+        assert answer.error == "" and [d.device_name for d in answer.devices] == [devices[0]]
+        assert (info.root / f"var/run/cdi/gpuop-dra-{ref.uid}.json").is_file()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert not (plugins / DRIVER_NAME / "dra.sock").exists()
+    assert not (kubelet_emulator.plugins_registry / f"{DRIVER_NAME}-reg.sock").exists()
+    assert (plugins / DRIVER_NAME / "checkpoint.json").is_file()  # the prepared claim outlives the process
+    kubelet_emulator.wait_for(lambda: kubelet_emulator.dra_drivers() == {}, timeout=30)
+
+
+def test_bad_directories_end_the_process_with_a_clear_error(
+    gpu_node_root: MakeRoot, sim_kubeconfig: Path, short_tmp_dir: Path
+) -> None:
+    info = gpu_node_root("amd-single")
+    deep = short_tmp_dir / ("d" * 60) / ("e" * 40)  # the registration socket would not fit sun_path
+    deep.mkdir(parents=True)
+    common = [
+        sys.executable, "-m", "gpuop_dra_driver.main", f"--host-root={info.root}", f"--node-name={NODE}",
+        f"--kubeconfig={sim_kubeconfig}", f"--plugins-dir={short_tmp_dir / 'plugins'}", "--probe-port=0",
+    ]  # fmt: skip
+    for registry, message in (
+        (short_tmp_dir / "missing", "kubelet plugin-registration directory does not exist"),
+        (deep, "cannot serve the plugin sockets"),
+    ):
+        done = subprocess.run(
+            [*common, f"--registry-dir={registry}"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert message in done.stderr
+        assert "Traceback" not in done.stderr
