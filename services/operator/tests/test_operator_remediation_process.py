@@ -7,7 +7,9 @@ reset` clears the fault), the labeller sees the GPU healthy again, and the node 
 from __future__ import annotations
 
 import json
+import re
 import sys
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,12 +18,13 @@ from gpuop_common.gpu.amd import AmdSysfsBackend
 from gpuop_operator.driverjob import JobSettings
 from gpuop_operator.remediation import STATE_LABEL
 from gpuop_sim import hostfakes
-from gpuop_sim.cluster import SimCluster
+from gpuop_sim.cluster import SimCluster, SimNode
 from gpuop_sim.nodes import break_gpu
-from gpuop_sim.workloads.kubeapi import EVENTS, NODES, Resource
+from gpuop_sim.workloads.kubeapi import DAEMONSETS, EVENTS, NODES, Resource
 
 pytestmark = pytest.mark.slow
 NAMESPACE = "gpu-operator"
+LABELLER_PORT = 8082  # the node labeller's probe and metrics port (docs/charts.md)
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
 JOBS_VIA_FAKES = JobSettings(
     namespace=NAMESPACE,
@@ -36,12 +39,18 @@ JOBS_VIA_FAKES = JobSettings(
 def cluster(kit: Any) -> Iterator[SimCluster]:
     with SimCluster(profiles=["amd-mi210x8"], pods="process") as sim:
         kit.install_operands(sim.api(), ("node-labeller",))
+        # This DaemonSet mounts no config file: the labeller's resync (which reads GPU health) comes
+        # from its flag, 2 s instead of the default 60 s, so a fault and its repair show at once.
+        patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args", "value": ["--interval=2"]}]
+        sim.api().patch(
+            DAEMONSETS, "gpuop-node-labeller", patch, NAMESPACE, content_type="application/json-patch+json"
+        )
         yield sim
 
 
 SPEC = {
     "devicePlugin": {"enable": False},
-    "nodeLabeller": {"enable": True, "intervalSeconds": 5},
+    "nodeLabeller": {"enable": True},
     "remediation": {"enable": True, "conditionHoldSeconds": 0, "resetClearSeconds": 60},
 }
 
@@ -85,6 +94,17 @@ def test_a_ras_fault_the_labeller_sees_is_reset_by_the_real_playbook_and_the_nod
     assert "RemediationSucceeded" in reasons and "RemediationRebooting" not in reasons
 
 
+def labeller_passes(node: SimNode) -> int:
+    """The node labeller's finished passes, from its metrics (on its probe port, at the node's address)."""
+    try:
+        with urllib.request.urlopen(f"http://{node.address}:{LABELLER_PORT}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return -1  # restarting (after the last test's reboot)
+    found = re.search(r'^gpuop_node_labeller_passes_total\{result="ok"\} ([0-9.e+]+)$', text, re.M)
+    return int(float(found.group(1))) if found else -1
+
+
 def test_a_fault_the_reset_cannot_clear_reboots_the_node_through_the_real_playbooks(
     cluster: SimCluster, kit: Any
 ) -> None:
@@ -97,6 +117,10 @@ def test_a_fault_the_reset_cannot_clear_reboots_the_node_through_the_real_playbo
         cluster.wait_for(
             lambda: gpu_healthy(cluster, node.name) == "True", timeout=120, what="GPUHealthy=True"
         )
+        # The last run's reset told the labeller to re-take its health baseline; a fault injected
+        # before it did so would be in that baseline, unseen. Two passes from now: one began after.
+        start = cluster.wait_for(lambda: labeller_passes(node) + 1, timeout=60, what="labeller metrics") - 1
+        cluster.wait_for(lambda: labeller_passes(node) >= start + 2, timeout=60, what="two labeller passes")
         gpu = AmdSysfsBackend(node.root).enumerate()[5].pci_address
         break_gpu(node.root, gpu, "ras", needs_reboot=True)
         cluster.wait_for(
