@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gpuop_common.config import DevicePluginConfig
 from gpuop_common.gpu import GpuBackend, GpuBackendError, GpuDevice, GpuHealth, NvmlBackend
-from gpuop_common.gpu.changes import changed_partition_modes, health_reason_key
+from gpuop_common.gpu.changes import changed_partition_modes, enumerate_all, health_all, health_reason_key
 
 from gpuop_device_plugin.devices import UNHEALTHY, ResourcePlan
 from gpuop_device_plugin.health import HealthVerdict, evaluate, uncorrectable_totals
@@ -64,23 +64,11 @@ class ResourceManager:
                 backend.ignored_xids = frozenset(self._config.health.ignored_xids)
 
     def _enumerate(self) -> list[GpuDevice]:
-        found: list[GpuDevice] = []
-        for backend in self.backends:
-            try:
-                found.extend(backend.enumerate())
-            except (GpuBackendError, OSError) as exc:
-                log.error("GPU enumeration failed", extra={"vendor": str(backend.vendor), "error": str(exc)})
-        return found
+        return enumerate_all(self.backends)
 
     def _health(self) -> list[GpuHealth]:
-        reports: list[GpuHealth] = []
-        for backend in self.backends:
-            try:
-                reports.extend(backend.health())
-            except (GpuBackendError, OSError) as exc:
-                # Leaving this vendor's GPUs out makes them Unhealthy (not reported = unknown).
-                log.error("GPU health check failed", extra={"vendor": str(backend.vendor), "error": str(exc)})
-        return reports
+        # Leaving a failed vendor's GPUs out makes them Unhealthy (not reported = unknown).
+        return health_all(self.backends)[0]
 
     def _ras_totals(self) -> dict[str, int]:
         totals: dict[str, int] = {}

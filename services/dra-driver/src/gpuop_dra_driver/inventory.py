@@ -13,8 +13,14 @@ import threading
 import time
 from collections.abc import Sequence
 
-from gpuop_common.gpu import GpuBackend, GpuBackendError, GpuDevice, GpuHealth
-from gpuop_common.gpu.changes import ReasonKey, changed_partition_modes, health_reason_key
+from gpuop_common.gpu import GpuBackend, GpuDevice, GpuHealth
+from gpuop_common.gpu.changes import (
+    ReasonKey,
+    changed_partition_modes,
+    enumerate_all,
+    health_all,
+    health_reason_key,
+)
 
 from gpuop_dra_driver.devices import DraDevice, build_devices, unhealthy_ids
 
@@ -41,24 +47,10 @@ class Inventory:
             return dict(self._devices)
 
     def _health(self) -> tuple[list[GpuHealth], set[str]]:
-        reports: list[GpuHealth] = []
-        failed: set[str] = set()
-        for backend in self.backends:
-            try:
-                reports.extend(backend.health())
-            except (GpuBackendError, OSError) as exc:
-                failed.add(str(backend.vendor))
-                log.error("GPU health check failed", extra={"vendor": str(backend.vendor), "error": str(exc)})
-        return reports, failed
+        return health_all(self.backends)
 
     def _enumerate(self) -> list[GpuDevice]:
-        found: list[GpuDevice] = []
-        for backend in self.backends:
-            try:
-                found.extend(backend.enumerate())
-            except (GpuBackendError, OSError) as exc:
-                log.error("GPU enumeration failed", extra={"vendor": str(backend.vendor), "error": str(exc)})
-        return found
+        return enumerate_all(self.backends)
 
     def refresh(self) -> list[DraDevice]:
         """Re-read health (and the GPUs when needed); the healthy devices, sorted by name."""

@@ -8,11 +8,41 @@ backends' health baseline must be re-taken, or the new partitions would read as 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
+from gpuop_common.gpu.base import GpuBackend
+from gpuop_common.gpu.errors import GpuBackendError
 from gpuop_common.gpu.models import GpuDevice, GpuHealth
 
+log = logging.getLogger(__name__)
+
 ReasonKey = frozenset[tuple[str, str]]
+
+
+def enumerate_all(backends: Sequence[GpuBackend]) -> list[GpuDevice]:
+    """Every backend's GPUs; a backend that fails is logged and left out (its GPUs are absent)."""
+    found: list[GpuDevice] = []
+    for backend in backends:
+        try:
+            found.extend(backend.enumerate())
+        except (GpuBackendError, OSError) as exc:
+            log.error("GPU enumeration failed", extra={"vendor": str(backend.vendor), "error": str(exc)})
+    return found
+
+
+def health_all(backends: Sequence[GpuBackend]) -> tuple[list[GpuHealth], set[str]]:
+    """Every backend's health reports and the vendors whose read failed (logged). A failed
+    vendor's GPUs are not reported, which both agents treat as unhealthy (unknown)."""
+    reports: list[GpuHealth] = []
+    failed: set[str] = set()
+    for backend in backends:
+        try:
+            reports.extend(backend.health())
+        except (GpuBackendError, OSError) as exc:
+            failed.add(str(backend.vendor))
+            log.error("GPU health check failed", extra={"vendor": str(backend.vendor), "error": str(exc)})
+    return reports, failed
 
 
 def health_reason_key(reports: Sequence[GpuHealth]) -> ReasonKey:
