@@ -13,11 +13,7 @@ RSS; nodes per state over time (the plot).
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,7 +24,16 @@ from gpuop_sim.workloads.kubeapi import NODES, KubeRest
 from gpuop_sim.workloads.objects import Obj
 from gpuop_sim.workloads.simkubelet.stub import StubOutcome
 
-from bench.bench_operator import DEVICECONFIGS, NAMESPACE, _free_port, _metric, _row, _wait, install_operands
+from bench.bench_operator import (
+    DEVICECONFIGS,
+    NAMESPACE,
+    _free_port,
+    _metric,
+    _row,
+    _wait,
+    install_operands,
+    start_operator,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (50, 200)
@@ -84,20 +89,10 @@ def measure(size: int) -> dict[str, Any]:
             rest.patch(NODES, node.name, {"metadata": {"labels": {VERSION_LABEL: "6.1"}}})
             rest.patch(NODES, node.name, {"status": {"allocatable": {"amd.com/gpu": "8"}}}, sub="status")
         port = _free_port()
-        script = Path(sys.executable).parent / "gpuop-operator"
-        args = [
-            str(script), "--kubeconfig", str(cluster.kubeconfig), "--namespace", NAMESPACE,
-            "--release", "gpuop", "--no-leader-elect", "--bind-address", "127.0.0.1",
-            "--probe-port", str(port), "--log-level", "warning",
-            "--driver-job-image", "gpuop/gpuop-operator:bench",
-        ]  # fmt: skip
-        operator = subprocess.Popen(args, env={**os.environ}, stderr=subprocess.DEVNULL)
+        operator = start_operator(
+            cluster.kubeconfig, port, "--driver-job-image", "gpuop/gpuop-operator:bench"
+        )
         try:
-            _wait(
-                lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200,
-                60,
-                "operator ready",
-            )
             body = {"apiVersion": "gpuop.dev/v1alpha1", "kind": "DeviceConfig", "metadata": {"name": "gpus"}}
             rest.create(DEVICECONFIGS, {**body, "spec": _spec("6.1")}, NAMESPACE)
             _wait(lambda: _ready(rest, size), 300, f"{size} nodes ready at 6.1")

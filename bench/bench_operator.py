@@ -81,6 +81,28 @@ def _wait(predicate: Any, timeout: float, what: str) -> None:
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
+def start_operator(kubeconfig: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+    """The real operator as a process against `kubeconfig`, returned once /readyz answers 200."""
+    script = Path(sys.executable).parent / "gpuop-operator"
+    args = [
+        str(script), "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+        "--release", "gpuop", "--no-leader-elect", "--bind-address", "127.0.0.1",
+        "--probe-port", str(port), "--log-level", "warning", *extra,
+    ]  # fmt: skip
+    operator = subprocess.Popen(args, env={**os.environ}, stderr=subprocess.DEVNULL)
+    try:
+        _wait(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200,
+            60,
+            "operator ready",
+        )
+    except BaseException:
+        operator.kill()
+        operator.wait(timeout=30)
+        raise
+    return operator
+
+
 def _ready(rest: KubeRest, size: int) -> bool:
     dc = rest.get(DEVICECONFIGS, "all-gpus", NAMESPACE)
     status = dc.get("status") or {}
@@ -94,19 +116,8 @@ def measure(size: int) -> dict[str, float]:
         assert server is not None
         install_operands(rest)
         port = _free_port()
-        script = Path(sys.executable).parent / "gpuop-operator"
-        args = [
-            str(script), "--kubeconfig", str(cluster.kubeconfig), "--namespace", NAMESPACE,
-            "--release", "gpuop", "--no-leader-elect", "--bind-address", "127.0.0.1",
-            "--probe-port", str(port), "--log-level", "warning",
-        ]  # fmt: skip
-        operator = subprocess.Popen(args, env={**os.environ}, stderr=subprocess.DEVNULL)
+        operator = start_operator(cluster.kubeconfig, port)
         try:
-            _wait(
-                lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200,
-                60,
-                "operator ready",
-            )
             before = server.stats()
             started = time.monotonic()
             body = {

@@ -11,15 +11,10 @@ Job's report, validation, untaint); and operator writes and node PATCHes per rem
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from gpuop_common.kubejson import STRATEGIC_MERGE_PATCH
@@ -29,7 +24,16 @@ from gpuop_sim.workloads.kubeapi import NODES, KubeRest
 from gpuop_sim.workloads.objects import Obj
 from gpuop_sim.workloads.simkubelet.stub import StubOutcome
 
-from bench.bench_operator import DEVICECONFIGS, NAMESPACE, _free_port, _metric, _row, _wait, install_operands
+from bench.bench_operator import (
+    DEVICECONFIGS,
+    NAMESPACE,
+    _free_port,
+    _metric,
+    _row,
+    _wait,
+    install_operands,
+    start_operator,
+)
 
 SIZE = 20
 RESET_S = 2.0  # a simulated GPU reset; excluded from the measured time
@@ -92,20 +96,10 @@ def measure() -> dict[str, Any]:
         for node in cluster.nodes:
             rest.patch(NODES, node.name, {"status": {"allocatable": {"amd.com/gpu": "8"}}}, sub="status")
         port = _free_port()
-        script = Path(sys.executable).parent / "gpuop-operator"
-        args = [
-            str(script), "--kubeconfig", str(cluster.kubeconfig), "--namespace", NAMESPACE,
-            "--release", "gpuop", "--no-leader-elect", "--bind-address", "127.0.0.1",
-            "--probe-port", str(port), "--log-level", "warning",
-            "--driver-job-image", "gpuop/gpuop-operator:bench",
-        ]  # fmt: skip
-        operator = subprocess.Popen(args, env={**os.environ}, stderr=subprocess.DEVNULL)
+        operator = start_operator(
+            cluster.kubeconfig, port, "--driver-job-image", "gpuop/gpuop-operator:bench"
+        )
         try:
-            _wait(
-                lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200,
-                60,
-                "operator ready",
-            )
             spec = {
                 "remediation": {
                     "enable": True,
