@@ -20,7 +20,7 @@ import yaml
 from gpuop_sim import helm
 from gpuop_sim.binaries import find_binary
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import CONFIGMAPS, EVENTS, JOBS, NODES, PODS, Resource
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, JOBS, NODES, PODS, Resource
 
 ROOT = Path(__file__).resolve().parents[1]
 UMBRELLA = ROOT / "charts" / "gpu-operator"
@@ -220,9 +220,14 @@ def test_operator_requests_a_self_check_and_each_node_answers(cluster: SimCluste
         assert len(answer["gpus"]) == int(labels["gpuop.dev/gpu.count"]) > 0
         assert "gpuop.dev/test-request" not in annotations
         assert labels["gpuop.dev/gpu.test-result"] == "passed"
-    events, _ = api.list(EVENTS, None)
-    passed = {e["involvedObject"]["name"] for e in events if e["reason"] == "TestPassed"}
-    assert {n.name for n in gpu_nodes} <= passed
+    cluster.wait_for_events(
+        None,
+        lambda events: (
+            {n.name for n in gpu_nodes}
+            <= {e["involvedObject"]["name"] for e in events if e["reason"] == "TestPassed"}
+        ),
+        what="TestPassed on every GPU node",
+    )
 
 
 @pytest.mark.slow
@@ -291,9 +296,14 @@ def test_a_mig_profile_in_one_deviceconfig_repartitions_its_node_with_the_operat
     assert labels["nvidia.com/mig.config.state"] == "success"
     paused = {k: v for k, v in labels.items() if k.startswith("gpuop.dev/deploy.")}
     assert paused == {f"gpuop.dev/deploy.{s}": "true" for s in (*SERVICES, "config-manager")}
-    events, _ = api.list(EVENTS, None)
-    reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == node}
-    assert {"Quiescing", "ConfigApplied"} <= reasons
+    cluster.wait_for_events(
+        None,
+        lambda events: (
+            {"Quiescing", "ConfigApplied"}
+            <= {e["reason"] for e in events if e["involvedObject"]["name"] == node}
+        ),
+        what=f"Quiescing and ConfigApplied on {node}",
+    )
     cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready again")
     amd_nodes = [n.name for n in cluster.nodes if n.vendor == "amd"]
     for name in amd_nodes:  # the AMD DeviceConfig did not enable it: no config manager there

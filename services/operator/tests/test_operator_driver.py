@@ -19,7 +19,7 @@ from gpuop_operator.driverjob import DEFAULT_JOB_IMAGE, JobSettings
 from gpuop_operator.overridecheck import REASON
 from gpuop_operator.upgrade import IN_FLIGHT, STATE_LABEL, UpgradeState, parse_state
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import EVENTS, JOBS, NODES, Resource
+from gpuop_sim.workloads.kubeapi import JOBS, NODES, Resource
 from kubernetes import client, config, watch
 
 pytestmark = pytest.mark.slow
@@ -136,8 +136,14 @@ def test_fresh_nodes_get_one_privileged_job_each_and_operands_only_after_it(
     ]
     vars_json = job["spec"]["template"]["metadata"]["annotations"]["gpuop.dev/playbook-vars"]
     assert '"vendor":"amd"' in vars_json and '"version":"6.2"' in vars_json
-    events, _ = api.list(EVENTS, "default")
-    assert {e["involvedObject"]["name"] for e in events if e["reason"] == "DriverInstalled"} >= set(GPU_NODES)
+    cluster.wait_for_events(
+        "default",
+        lambda events: (
+            {e["involvedObject"]["name"] for e in events if e["reason"] == "DriverInstalled"}
+            >= set(GPU_NODES)
+        ),
+        what="DriverInstalled on every GPU node",
+    )
 
 
 def test_a_version_change_rolls_one_node_at_a_time_and_keeps_an_admin_cordon(
@@ -260,8 +266,13 @@ def test_a_broken_playbook_override_holds_every_node_with_a_condition_until_fixe
         where = f"ConfigMap {NAMESPACE}/{OVERRIDES} (--driver-playbook-overrides)"
         assert f"{where} key driver-install.yml: not valid YAML at line 4, column 1" in degraded["message"]
         assert "key node-reboot.yaml: a playbook is a non-empty YAML list of plays" in degraded["message"]
-        events, _ = api.list(EVENTS, NAMESPACE)
-        assert any(e.get("reason") == REASON and "driver-install.yml" in e["message"] for e in events)
+        cluster.wait_for_events(
+            NAMESPACE,
+            lambda events: any(
+                e.get("reason") == REASON and "driver-install.yml" in e["message"] for e in events
+            ),
+            what=f"a {REASON} Event naming driver-install.yml",
+        )
         assert job_additions(cluster, since) == []  # held before any Job
         assert {n: node_state(n) for n in GPU_NODES} == before  # no label, state or cordon moved
         api.patch(CONFIGMAPS, OVERRIDES, {"data": {"node-reboot.yaml": None, **GOOD_OVERRIDE}}, NAMESPACE)
@@ -352,9 +363,12 @@ def test_a_pdb_that_never_allows_the_eviction_fails_that_node_at_the_drain_timeo
     assert "drain timed out after 3s" in failure and "default/db-" in failure
     assert node["spec"]["unschedulable"] is True  # left cordoned for a person
     assert dc["status"]["driver"]["nodes"]["amd-2"]["state"] == "upgrade-failed"
-    events, _ = api.list(EVENTS, "default")
-    assert any(
-        e["reason"] == "DriverUpgradeFailed" and e["involvedObject"]["name"] == "amd-2" for e in events
+    cluster.wait_for_events(
+        "default",
+        lambda events: any(
+            e["reason"] == "DriverUpgradeFailed" and e["involvedObject"]["name"] == "amd-2" for e in events
+        ),
+        what="DriverUpgradeFailed on amd-2",
     )
     pods = api.list(Resource("v1", "pods", "Pod"), "default", labelSelector="app=db")[0]
     assert [p["spec"]["nodeName"] for p in pods] == ["amd-2"]  # the budget held

@@ -20,7 +20,7 @@ from gpuop_operator.driverjob import JobSettings
 from gpuop_operator.upgrade import STATE_LABEL
 from gpuop_sim import hostfakes
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import EVENTS, NODES, Resource
+from gpuop_sim.workloads.kubeapi import NODES, Resource
 
 pytestmark = pytest.mark.slow
 NAMESPACE = "gpu-operator"
@@ -76,13 +76,16 @@ def test_a_bare_node_gets_its_driver_from_the_job_and_a_failing_build_is_reporte
     bad_node = api.get(NODES, bad)
     assert "gpuop.dev/deploy.node-labeller" not in bad_node["metadata"]["labels"]  # never rolled out
     assert "Error 2" in bad_node["metadata"]["annotations"][FAILURE]
-    events, _ = api.list(EVENTS, "default")
-    failed = [
-        e["message"]
-        for e in events
-        if e["reason"] == "DriverInstallFailed" and e["involvedObject"]["name"] == bad
-    ]
-    assert any("Error 2" in message and "task" in message for message in failed), failed
+
+    def failed(events: list[dict[str, Any]]) -> list[str]:
+        return [
+            e["message"]
+            for e in events
+            if e["reason"] == "DriverInstallFailed" and e["involvedObject"]["name"] == bad
+        ]
+
+    messages = failed(cluster.wait_for_events("default", failed, what=f"DriverInstallFailed on {bad}"))
+    assert any("Error 2" in message and "task" in message for message in messages), messages
 
 
 def test_an_upgrade_with_reboot_required_reboots_the_node_through_the_real_playbook(

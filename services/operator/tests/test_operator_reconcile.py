@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import CONFIGMAPS, EVENTS, NODES, Resource
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, NODES, Resource
 
 NAMESPACE = "gpu-operator"
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
@@ -71,9 +71,13 @@ def test_rollout_reaches_ready_with_labels_configmaps_status_and_events(
     cm = api.get(CONFIGMAPS, "gpuop-metrics-exporter-config", NAMESPACE)
     assert yaml.safe_load(cm["data"]["config.yaml"])["port"] == 5001
     assert yaml.safe_load(cm["data"][f"{NAMESPACE}.gpus.yaml"])["port"] == 5001
-    events, _ = api.list(EVENTS, NAMESPACE)
-    reasons = {e["reason"] for e in events if e["involvedObject"]["kind"] == "DeviceConfig"}
-    assert "RolloutComplete" in reasons
+    stub_cluster.wait_for_events(
+        NAMESPACE,
+        lambda events: any(
+            e["reason"] == "RolloutComplete" and e["involvedObject"]["kind"] == "DeviceConfig" for e in events
+        ),
+        what="a RolloutComplete Event on the DeviceConfig",
+    )
 
 
 @pytest.mark.slow
@@ -90,9 +94,12 @@ def test_invalid_spec_sets_a_condition_and_changes_nothing_on_nodes(
         assert condition(dc, "Ready")["status"] == "False"
         assert "spec.driver.driverType" in condition(dc, "Ready")["message"]
         assert all(not labels for labels in gpuop_labels(stub_cluster).values())
-        events, _ = api.list(EVENTS, NAMESPACE)
-        warnings = [e for e in events if e["reason"] == "Unsupported"]
-        assert warnings and warnings[0]["type"] == "Warning"
+        events = stub_cluster.wait_for_events(
+            NAMESPACE,
+            lambda events: any(e["reason"] == "Unsupported" for e in events),
+            what="an Unsupported Event",
+        )
+        assert {e["type"] for e in events if e["reason"] == "Unsupported"} == {"Warning"}
         # Fixing the spec rolls out.
         api.patch(
             DEVICECONFIGS, "gpus", {"spec": {"driver": {"enable": False, "driverType": None}}}, NAMESPACE

@@ -20,7 +20,7 @@ from gpuop_operator.remediation import STATE_LABEL
 from gpuop_sim import hostfakes
 from gpuop_sim.cluster import SimCluster, SimNode
 from gpuop_sim.nodes import break_gpu
-from gpuop_sim.workloads.kubeapi import DAEMONSETS, EVENTS, NODES, Resource
+from gpuop_sim.workloads.kubeapi import DAEMONSETS, NODES, Resource
 
 pytestmark = pytest.mark.slow
 NAMESPACE = "gpu-operator"
@@ -89,9 +89,16 @@ def test_a_ras_fault_the_labeller_sees_is_reset_by_the_real_playbook_and_the_nod
     assert not [t for t in final["spec"].get("taints") or [] if t["key"] == "gpuop.dev/gpu-unhealthy"]
     resets = [c for c in hostfakes.recorded(node.root) if c[:2] == ["amd-smi", "reset"]]
     assert resets and gpu in resets[0]  # the GPU the labeller named, and only it
-    events, _ = api.list(EVENTS, "default")
-    reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == node.name]
-    assert "RemediationSucceeded" in reasons and "RemediationRebooting" not in reasons
+
+    def reasons(events: list[dict[str, Any]]) -> list[str]:
+        return [e["reason"] for e in events if e["involvedObject"]["name"] == node.name]
+
+    seen = reasons(
+        cluster.wait_for_events(
+            "default", lambda events: "RemediationSucceeded" in reasons(events), what="RemediationSucceeded"
+        )
+    )
+    assert "RemediationRebooting" not in seen
 
 
 def labeller_passes(node: SimNode) -> int:

@@ -32,7 +32,7 @@ from gpuop_sim.crilog import PodLogFiles, instance_log, instances, read_content
 from gpuop_sim.kubelet import KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo, build_node_root
 from gpuop_sim.shortpaths import short_tmp_dir
-from gpuop_sim.workloads.kubeapi import NODES, KubeRest, Resource
+from gpuop_sim.workloads.kubeapi import EVENTS, NODES, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
 from gpuop_sim.workloads.simkubelet.runtime import DeviceSource, PodsMode, SimKubelets
@@ -456,6 +456,26 @@ class SimCluster:
             return obj if predicate(obj) else None
 
         result: Obj = self.wait_for(check, timeout, what=f"{resource.kind} {namespace or ''}/{name}")
+        return result
+
+    def wait_for_events(
+        self,
+        namespace: str | None,
+        predicate: Callable[[list[Obj]], Any],
+        timeout: float = 30.0,
+        what: str = "events",
+    ) -> list[Obj]:
+        """The Events of `namespace` (None: all) once `predicate(events)` holds.
+
+        Controllers record an Event after the write it reports (as on a real cluster, where Events
+        are best-effort and asynchronous), so a test that saw the write must wait for its Event.
+        """
+
+        def check() -> list[Obj] | None:
+            events, _ = self.api().list(EVENTS, namespace)
+            return events if predicate(events) else None
+
+        result: list[Obj] = self.wait_for(check, timeout, what=what)
         return result
 
     def wait_for_daemonset_ready(self, name: str, namespace: str, timeout: float = 60.0) -> Obj:
