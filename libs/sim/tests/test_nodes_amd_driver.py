@@ -6,7 +6,9 @@ import errno
 
 import pytest
 from gpuop_common.gpu import AmdSysfsBackend, PartitionWriteError
+from gpuop_common.gpu.amd_smi import AmdSmiWriter
 from gpuop_common.gpu.amd_topology import KFD_TOPOLOGY, read_topology
+from gpuop_common.gpu.hostcmd import HostCommands, host_exec_argv
 from gpuop_sim import drivertree, hostfakes
 from gpuop_sim.nodes import amd_driver, hold_open
 from gpuop_sim.nodes.faults import amd_device_dir
@@ -187,3 +189,64 @@ def test_other_files_and_roots_without_the_driver_are_plain_writes(gpu_node_root
 def test_profile_env_names_the_driver(gpu_node_root):
     info = gpu_node_root("amd-mi300x-spx")
     assert info.env["GPUOP_SYSFS_WRITER"] == amd_driver.WRITER_SPEC
+
+
+# -- the same driver through the host's `amd-smi set` (gpuop_common.gpu.amd_smi) ----------------------
+
+
+def _smi_backend(info):
+    prefix = tuple(host_exec_argv(hostfakes.host_exec_for(info.root), str(info.root)))
+    return AmdSysfsBackend(info.root, writer=AmdSmiWriter(HostCommands(prefix, 120)))
+
+
+def _smi_calls(info):
+    return [c for c in hostfakes.recorded(info.root) if c[:2] == ["amd-smi", "set"]]
+
+
+def test_amd_smi_set_partitions_through_the_driver_and_a_memory_mode_waits_for_the_reload(gpu_node_root):
+    info = gpu_node_root("amd-mi300x-spx")
+    backend = _smi_backend(info)
+    gpu = backend.enumerate()[0]
+    generation = _generation(info)
+    state = backend.set_partition_mode(gpu.id, "CPX_NPS4")
+    assert (state.compute, state.memory, state.pending_memory) == ("CPX", "NPS1", "NPS4")
+    assert _generation(info) > generation
+    assert _smi_calls(info) == [
+        ["amd-smi", "set", "--gpu", gpu.pci_address, "--compute-partition", "CPX"],
+        ["amd-smi", "set", "--gpu", gpu.pci_address, "--memory-partition", "NPS4"],
+    ]
+    assert len(backend.enumerate()[0].partitions) == 8
+    _reload(info)
+    assert backend.get_partition_mode(gpu.id).memory == "NPS4"
+
+
+def test_amd_smi_busy_gpu_is_ebusy_naming_the_command_and_changes_nothing(gpu_node_root):
+    info = gpu_node_root("amd-mi300x-spx")
+    backend = _smi_backend(info)
+    first, second = backend.enumerate()[:2]
+    hostfakes.busy(info.root, first.pci_address)  # the tool's own check: a process holds the GPU
+    with pytest.raises(PartitionWriteError) as raised:
+        backend.set_partition_mode(first.id, "CPX")
+    assert raised.value.errno_name == "EBUSY"
+    assert f"via amd-smi set --gpu {first.pci_address} --compute-partition CPX" in str(raised.value)
+    assert "AMDSMI_STATUS_BUSY" in str(raised.value)
+    render = f"/dev/dri/renderD{second.render_minor}"  # the driver's check: a device node is open
+    with hold_open(info.root, render), pytest.raises(PartitionWriteError) as raised:
+        backend.set_partition_mode(second.id, "CPX")
+    assert raised.value.errno_name == "EBUSY"
+    assert [g.partition.compute for g in backend.enumerate()[:2] if g.partition] == ["SPX", "SPX"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--gpu", "0", "--compute-partition", "XPX"], errno.EINVAL, "AMDSMI_STATUS_INVAL"),
+        (["--gpu", "9", "--compute-partition", "CPX"], 2, "Invalid GPU ID(s): 9"),
+        (["--gpu", "0"], 2, "sets one of --compute-partition, --memory-partition"),
+    ],
+)
+def test_amd_smi_set_refusals(gpu_node_root, capsys, args, code, words):
+    info = gpu_node_root("amd-mi300x-spx")
+    assert hostfakes.amd_smi(info.root, ["set", *args]) == code
+    assert words in capsys.readouterr().err
+    assert {g.partition.compute for g in AmdSysfsBackend(info.root).enumerate() if g.partition} == {"SPX"}

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from gpuop_common.config.config_manager import ConfigManagerConfig
-from gpuop_common.gpu.amd_reload import DriverReloader, host_exec_argv
+from gpuop_common.gpu.amd_reload import DriverReloader
+from gpuop_common.gpu.amd_smi import partition_writer
+from gpuop_common.gpu.hostcmd import HostCommands, host_exec_argv
 from gpuop_config_manager.agent import ConfigManagerAgent
 from gpuop_config_manager.gpus import NodeGpus
 from gpuop_config_manager.kubeio import NodeClient
@@ -61,6 +63,7 @@ class Harness:
     kube: RecordingClient
     gpus: NodeGpus
     made: list[NodeGpus] = field(default_factory=list)
+    partition_tool: str = "sysfs"
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -84,16 +87,22 @@ class Harness:
     def restart(self) -> None:
         """A new agent process: fresh backends and client (the old ones are dropped)."""
         self.gpus.close()
-        self.gpus = node_gpus(self.info)
+        self.gpus = node_gpus(self.info, self.partition_tool)
         self.made.append(self.gpus)
         self.kube = RecordingClient(self.api, NODE)
 
+    def use_partition_tool(self, tool: str) -> None:
+        """Start again with `--partition-tool tool` (auto, sysfs, amd-smi)."""
+        self.partition_tool = tool
+        self.restart()
 
-def node_gpus(info: NodeRootInfo) -> NodeGpus:
-    """The node's GPUs as the service opens them, its driver reloads sent to the host-command fakes
-    (`modprobe` there unloads and loads the simulated driver)."""
-    reloader = DriverReloader(tuple(host_exec_argv(hostfakes.host_exec_for(info.root), str(info.root))))
-    return NodeGpus.open(info.root, reloader=reloader)
+
+def node_gpus(info: NodeRootInfo, partition_tool: str = "sysfs") -> NodeGpus:
+    """The node's GPUs as the service opens them, its host commands (driver reloads, `amd-smi`) sent
+    to the host-command fakes (`modprobe` there unloads and loads the simulated driver)."""
+    host = HostCommands(tuple(host_exec_argv(hostfakes.host_exec_for(info.root), str(info.root))), 120)
+    amd_writer, _chosen = partition_writer(partition_tool, host)
+    return NodeGpus.open(info.root, reloader=DriverReloader(host.prefix), amd_writer=amd_writer)
 
 
 @pytest.fixture

@@ -312,3 +312,45 @@ def test_gpus_that_do_not_come_back_after_the_reload_fail_it_naming_the_count(ha
     assert outcome.state is State.FAILED
     assert "0 of 8 AMD GPUs back 120s after reloading amdgpu" in outcome.reason
     assert {k: h.node().labels[k] for k in DEPLOY} == DEPLOY  # operands restored, reason recorded
+
+
+def test_with_amd_smi_on_the_host_auto_applies_through_it(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
+    h.use_partition_tool("auto")
+    outcome = h.agent().run_once()
+    assert outcome.state is State.SUCCESS
+    assert h.kube.states() == ["pending", "quiescing", "applying", "success"]
+    assert _modes(h.info) == {("CPX", "NPS4")} and _partitions(h.info) == 64
+    calls = hostfakes.recorded(h.info.root)
+    assert calls[0] == ["amd-smi", "version"]  # auto: is the tool there?
+    sets = [c for c in calls if c[:2] == ["amd-smi", "set"]]
+    gpus = sorted({c[3] for c in sets})
+    assert len(gpus) == 8 and sets[:2] == [
+        ["amd-smi", "set", "--gpu", gpus[0], "--compute-partition", "CPX"],
+        ["amd-smi", "set", "--gpu", gpus[0], "--memory-partition", "NPS4"],
+    ]
+    assert len(sets) == 16  # CPX and NPS4 per GPU; nothing by sysfs beside it
+    # The NPS4 requests wait for the driver, reloaded once for all GPUs, as with the sysfs files.
+    assert calls[-2:] == [["modprobe", "-r", "amdgpu"], ["modprobe", "amdgpu"]]
+
+
+def test_amd_smi_chosen_but_not_installed_fails_naming_it_and_restores_the_operands(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
+    hostfakes.absent(h.info.root, "amd-smi")
+    h.use_partition_tool("amd-smi")
+    outcome = h.agent().run_once()
+    assert outcome.state is State.FAILED
+    node = h.node()
+    reason = node.annotations[REASON_ANNOTATION]
+    assert "amd-smi is not installed on the host" in reason and "via amd-smi set --gpu" in reason
+    assert {k: node.labels[k] for k in DEPLOY} == DEPLOY  # operands back
+    assert _modes(h.info) == {("SPX", "NPS1")}
+    # auto, with the tool absent, writes the sysfs files instead (a failed profile is tried again
+    # when the label names another one).
+    tried = [c for c in hostfakes.recorded(h.info.root) if c[:2] == ["amd-smi", "set"]]
+    assert len(tried) == 1  # the first write failed; nothing after it
+    h.use_partition_tool("auto")
+    h.label(**{PROFILE: "cpx-nps1"})
+    assert h.agent().run_once().state is State.SUCCESS
+    assert _modes(h.info) == {("CPX", "NPS1")}
+    assert [c for c in hostfakes.recorded(h.info.root) if c[:2] == ["amd-smi", "set"]] == tried

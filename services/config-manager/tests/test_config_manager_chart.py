@@ -98,12 +98,22 @@ def test_driver_reload_mounts_the_host_root_read_only_and_can_be_turned_off(char
     container = pod["containers"][0]
     settings = parse_settings(ConfigManagerSettings, container["args"])
     assert (settings.driver_reload, settings.host_exec) == (True, "chroot /host")
+    assert settings.partition_tool == "auto"
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["host"] == {"name": "host", "mountPath": "/host", "readOnly": True}
     assert {"name": "host", "hostPath": {"path": "/", "type": "Directory"}} in pod["volumes"]
-    off = pod_spec(by_kind(helm.template(chart, values=["driverReload=false"]), "DaemonSet"))
-    assert parse_settings(ConfigManagerSettings, off["containers"][0]["args"]).driver_reload is False
+    # amd-smi still runs on the host without reloads, through the same mount and prefix.
+    smi = pod_spec(by_kind(helm.template(chart, values=["driverReload=false"]), "DaemonSet"))
+    smi_settings = parse_settings(ConfigManagerSettings, smi["containers"][0]["args"])
+    assert (smi_settings.driver_reload, smi_settings.partition_tool) == (False, "auto")
+    assert "host" in {v["name"] for v in smi["volumes"]}
+    off = pod_spec(
+        by_kind(helm.template(chart, values=["driverReload=false", "partitionTool=sysfs"]), "DaemonSet")
+    )
+    off_settings = parse_settings(ConfigManagerSettings, off["containers"][0]["args"])
+    assert (off_settings.driver_reload, off_settings.partition_tool) == (False, "sysfs")
     assert "host" not in {v["name"] for v in off["volumes"]}
+    assert not any(a.startswith("--host-exec") for a in off["containers"][0]["args"])
 
 
 def test_default_profiles_are_a_valid_config(chart: Path) -> None:
@@ -128,6 +138,7 @@ def test_values_schema_config_is_the_shared_model(chart: Path) -> None:
         "intervalSeconds=0",
         "hostExec=",
         "driverReload=maybe",
+        "partitionTool=rocm-smi",
         "x=1",
     ],
 )

@@ -28,6 +28,10 @@ with that stderr, as a module that does not compile for the running kernel does.
 "amd-smi")` makes a command missing on the host (exit 127, as a shell says), `busy(root, pci)` makes a
 GPU reset refuse as the real tools do while a process holds the GPU.
 
+Partitions: `amd-smi set --gpu GPU --compute-partition MODE` (or `--memory-partition`) writes the
+attribute through the simulated amdgpu driver (`gpuop_sim.nodes.amd_driver`), which refuses as the
+kernel does; `busy(root, pci)` makes it answer AMDSMI_STATUS_BUSY first.
+
 GPU faults (`gpuop_sim.faultstate`, made by `gpuop_sim.nodes.faults`): `amd-smi reset -G -g GPU`
 and `nvidia-smi -r -i GPU` (GPU = index, PCI address or UUID) undo the faults of that GPU unless one
 needs a reboot, and zero its RAS uncorrectable counters; `reboot` undoes every fault.
@@ -516,14 +520,74 @@ def _busy_with(root: Path, pci: str) -> str | None:
     return path.read_text().strip() if path.is_file() else None
 
 
+def _option(args: list[str], *names: str) -> str | None:
+    """The value of the first of `names` in `args` (`--opt VALUE` or `--opt=VALUE`)."""
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+# amd-smi set's partition options and the amdgpu attribute each writes (amd_partition's names).
+_PARTITION_OPTIONS = {
+    "current_compute_partition": ("--compute-partition", "-C", "--accelerator-partition"),
+    "current_memory_partition": ("--memory-partition", "-M"),
+}
+_SMI_STATUS = {16: "AMDSMI_STATUS_BUSY - Device busy", 22: "AMDSMI_STATUS_INVAL - Invalid parameters"}
+
+
+def _amd_smi_set(root: Path, args: list[str]) -> int:
+    """`amd-smi set --gpu GPU --compute-partition MODE | --memory-partition MODE`: the write goes to
+    the simulated amdgpu driver (EINVAL / EBUSY as on the kernel, a memory mode kept pending until
+    the next load, as amd-smi releases that do not reload the driver themselves leave it)."""
+    wanted = _option(args, "--gpu", "-g")
+    gpus = _amd_gpus(root)
+    pci = _select_gpu(root, wanted, gpus) if wanted else None
+    if pci is None:
+        print(f"Invalid GPU ID(s): {wanted or '(none)'}", file=sys.stderr)
+        return 2
+    settings = [(attr, v) for attr, names in _PARTITION_OPTIONS.items() if (v := _option(args, *names))]
+    if len(settings) != 1:
+        print("amd-smi set: the fake sets one of --compute-partition, --memory-partition", file=sys.stderr)
+        return 2
+    attr, mode = settings[0]
+    kind = attr.removeprefix("current_").upper()  # COMPUTE_PARTITION, MEMORY_PARTITION
+    path = root / "sys/bus/pci/devices" / pci / attr
+    if not path.is_file():
+        print(f"GPU: {pci}\n    {kind}: AMDSMI_STATUS_NOT_SUPPORTED - Feature not supported", file=sys.stderr)
+        return 2
+    holder = _busy_with(root, pci)
+    if holder is not None:
+        print(f"GPU: {pci}\n    {kind}: AMDSMI_STATUS_BUSY - Device busy ({holder})", file=sys.stderr)
+        return 16
+    from gpuop_sim.nodes import amd_driver  # only here: every other fake stays stdlib-only
+
+    try:
+        amd_driver.write_attr(path, mode.upper())
+    except OSError as exc:
+        status = _SMI_STATUS.get(exc.errno or 0, f"AMDSMI_STATUS_UNKNOWN_ERROR - {exc.strerror}")
+        print(f"GPU: {pci}\n    {kind}: {status}", file=sys.stderr)
+        return exc.errno or 1
+    print(f"GPU: {pci}\n    {kind}: Successfully set {kind.lower().replace('_', ' ')} to {mode.upper()}")
+    return 0
+
+
 def amd_smi(root: Path, args: list[str]) -> int:
-    """`amd-smi reset -G -g GPU [GPU ...]` (also --gpureset/--gpu), `amd-smi version`."""
+    """`amd-smi reset -G -g GPU [GPU ...]` (also --gpureset/--gpu), `amd-smi set --gpu GPU
+    --compute-partition MODE | --memory-partition MODE`, `amd-smi version`."""
     if args[:1] == ["version"]:
         print("AMDSMI Tool: 24.7.1+gpuop-fake | AMDSMI Library version: 24.7.1 | ROCm version: 6.2.4")
         return 0
+    if args[:1] == ["set"]:
+        return _amd_smi_set(root, args[1:])
     if args[:1] != ["reset"] or not {"-G", "--gpureset"} & set(args):
         print(
-            f"amd-smi: the fake knows `reset -G -g GPU`, `version`; not {shlex.join(args)}", file=sys.stderr
+            "amd-smi: the fake knows `reset -G -g GPU`, `version` and"
+            f" `set --gpu GPU --compute-partition|--memory-partition MODE`; not {shlex.join(args)}",
+            file=sys.stderr,
         )
         return 2
     flag = "-g" if "-g" in args else "--gpu"

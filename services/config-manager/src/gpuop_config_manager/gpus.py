@@ -13,6 +13,7 @@ from gpuop_common.gpu.amd_reload import DriverReloader, DriverReloadError
 from gpuop_common.gpu.detect import pci_gpu_addresses
 from gpuop_common.gpu.errors import GpuBackendError
 from gpuop_common.gpu.profile_check import GpuTarget, ProfilePlan, gpu_matches, plan_profile
+from gpuop_common.gpu.sysfs_write import AttrWriter
 
 RELOAD_WAIT_S = 120.0  # for the GPUs to be back after `modprobe amdgpu`
 RELOAD_POLL_S = 1.0
@@ -39,10 +40,17 @@ class NodeGpus:
 
     @classmethod
     def open(
-        cls, host_root: Path | str, vendor: str = "auto", reloader: DriverReloader | None = None
+        cls,
+        host_root: Path | str,
+        vendor: str = "auto",
+        reloader: DriverReloader | None = None,
+        amd_writer: AttrWriter | None = None,
     ) -> NodeGpus:
+        """`amd_writer`: how AMD partition attributes are written (`amd-smi`); the sysfs files
+        when None."""
+
         def reopen() -> list[GpuBackend]:
-            return open_backends(host_root, vendor)
+            return open_backends(host_root, vendor, amd_writer=amd_writer)
 
         return cls(reopen(), reopen=reopen, reloader=reloader, host_root=host_root)
 

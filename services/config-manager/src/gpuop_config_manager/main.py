@@ -7,7 +7,11 @@ from collections.abc import Sequence
 
 from gpuop_common.config.config_manager import ConfigManagerConfig
 from gpuop_common.configfile import ConfigFileWatcher
-from gpuop_common.gpu.amd_reload import DriverReloader, host_exec_argv
+from gpuop_common.gpu.amd_drm import AMD_VENDOR_ID
+from gpuop_common.gpu.amd_reload import DriverReloader
+from gpuop_common.gpu.amd_smi import partition_writer
+from gpuop_common.gpu.detect import pci_gpu_addresses
+from gpuop_common.gpu.hostcmd import HostCommands, host_exec_argv
 from gpuop_common.kube import KubeConfigError, make_api_client
 from gpuop_common.shutdown import ServiceContext, run_service
 
@@ -22,6 +26,7 @@ log = logging.getLogger(__name__)
 
 SERVICE = "config-manager"
 CONFIG_POLL_SECONDS = 5.0
+AMD_SMI_TIMEOUT_S = 600.0  # one `amd-smi set`: a memory partition may reload the driver inside it
 
 
 def serve(ctx: ServiceContext[ConfigManagerSettings], metrics: ConfigManagerMetrics | None = None) -> int:
@@ -52,10 +57,13 @@ def serve(ctx: ServiceContext[ConfigManagerSettings], metrics: ConfigManagerMetr
     def config() -> ConfigManagerConfig:
         return watcher.config if watcher is not None else ConfigManagerConfig()
 
-    reloader = (
-        DriverReloader(tuple(host_exec_argv(s.host_exec, str(s.host_root)))) if s.driver_reload else None
-    )
-    gpus = NodeGpus.open(s.host_root, s.vendor, reloader=reloader)
+    host_prefix = tuple(host_exec_argv(s.host_exec, str(s.host_root)))
+    reloader = DriverReloader(host_prefix) if s.driver_reload else None
+    amd_writer = None
+    if s.vendor != "nvidia" and pci_gpu_addresses(s.host_root, AMD_VENDOR_ID):
+        amd_writer, chosen = partition_writer(s.partition_tool, HostCommands(host_prefix, AMD_SMI_TIMEOUT_S))
+        log.info(chosen, extra={"partition_tool": s.partition_tool})
+    gpus = NodeGpus.open(s.host_root, s.vendor, reloader=reloader, amd_writer=amd_writer)
     agent = ConfigManagerAgent(
         kube=NodeClient(api, s.node_name, dry_run=s.dry_run),
         gpus=gpus,

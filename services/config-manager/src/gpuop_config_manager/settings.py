@@ -31,9 +31,14 @@ class ConfigManagerSettings(AgentSettings):
         description="Reload amdgpu (GPUs quiesced) when a memory partition change waits for it; "
         "off: such a change fails, saying so.",
     )
+    partition_tool: Literal["auto", "sysfs", "amd-smi"] = Field(
+        "auto",
+        description="How AMD partitions are written: `amd-smi set` on the host (through --host-exec), "
+        "the sysfs attributes, or `auto`: amd-smi when it runs on the host, else sysfs.",
+    )
     host_exec: str = Field(
         "chroot /host",
         min_length=1,
-        description="Prefix of the host commands of a driver reload (`modprobe`); `{host_root}` is "
-        "replaced by --host-root.",
+        description="Prefix of the host commands (`modprobe` of a driver reload, `amd-smi`); "
+        "`{host_root}` is replaced by --host-root.",
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from gpuop_common.gpu import amd_ids
 from gpuop_common.gpu.amd_inventory import AmdGpuSource, build_inventory
 from gpuop_common.gpu.amd_partition import MEMORY_ATTR, PartitionPlanError, plan_writes
+from gpuop_common.gpu.amd_smi import ToolWriteError
 from gpuop_common.gpu.amd_telemetry import read_ras, read_telemetry
 from gpuop_common.gpu.amd_topology import TopologyCache
 from gpuop_common.gpu.base import GpuBackend
@@ -252,6 +253,8 @@ class AmdSysfsBackend(GpuBackend):
                 in_force = target.read_text().strip().upper() if write.attr == MEMORY_ATTR else write.value
             except OSError as exc:
                 name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+                if isinstance(exc, ToolWriteError):  # amd-smi: name its command, not the file
+                    raise PartitionWriteError(gpu.id, exc.via, exc.strerror or str(exc), name) from exc
                 raise PartitionWriteError(gpu.id, str(target), str(exc), name) from exc
             log.info("GPU %s: wrote %s to %s", gpu.id, write.value, target)
             if in_force != write.value:

@@ -10,30 +10,18 @@ The caller quiesces the GPUs first: `modprobe -r` refuses a module in use.
 
 from __future__ import annotations
 
-import shlex
 import subprocess
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpuop_common.gpu.errors import GpuBackendError
+from gpuop_common.gpu.hostcmd import HostCommandError, HostCommands, Runner, host_exec_argv
 
 MODULE = "amdgpu"
-STDERR_TAIL = 400  # characters of a failed command's stderr kept in the error
+
+__all__ = ["MODULE", "DriverReloadError", "DriverReloader", "host_exec_argv"]
 
 
-class DriverReloadError(GpuBackendError):
-    """A host command of the reload failed; the message names it, its exit code and stderr."""
-
-
-Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-def host_exec_argv(template: str, host_root: str) -> list[str]:
-    """The prefix of each host command: `template` split like a shell would, `{host_root}` filled."""
-    argv = shlex.split(template.replace("{host_root}", host_root))
-    if not argv:
-        raise ValueError("the host-command prefix is empty (e.g. `chroot /host`)")
-    return argv
+class DriverReloadError(HostCommandError):
+    """A host command of the reload failed, reloading is off, or the GPUs did not come back."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +41,7 @@ class DriverReloader:
         self._modprobe(MODULE)
 
     def _modprobe(self, *args: str) -> None:
-        argv: Sequence[str] = [*self.host_exec, "modprobe", *args]
-        command = "modprobe " + " ".join(args)
         try:
-            done = self.run(argv, capture_output=True, text=True, timeout=self.timeout_s, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise DriverReloadError(f"`{command}` did not finish within {self.timeout_s:g}s") from exc
-        except OSError as exc:  # the prefix's program is missing (no chroot, no host mount)
-            raise DriverReloadError(f"`{command}` could not start: {exc}") from exc
-        if done.returncode != 0:
-            stderr = (done.stderr or "").strip()[-STDERR_TAIL:] or "no output"
-            raise DriverReloadError(f"`{command}` failed (exit {done.returncode}): {stderr}")
+            HostCommands(self.host_exec, self.timeout_s, self.run).check("modprobe", *args)
+        except HostCommandError as exc:
+            raise DriverReloadError(str(exc), exc.returncode, exc.stderr) from exc

@@ -15,6 +15,7 @@ from gpuop_common.gpu.errors import GpuBackendError
 from gpuop_common.gpu.models import Vendor
 from gpuop_common.gpu.nvidia import NvmlBackend
 from gpuop_common.gpu.sysfs import list_dir, parse_hex, read_optional
+from gpuop_common.gpu.sysfs_write import AttrWriter
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +80,17 @@ def open_backends(
     *,
     nvml: Any | None = None,
     topology: TopologyCache | None = None,
+    amd_writer: AttrWriter | None = None,
 ) -> list[GpuBackend]:
     """Backends for the node. `auto` opens one per detected vendor and leaves out an NVIDIA backend
     whose driver is missing; naming a vendor always returns its backend (possibly `available=False`).
     `topology`: a KFD topology cache to share with backends opened before or after (it re-reads the
-    topology only when the kernel rebuilt it)."""
+    topology only when the kernel rebuilt it). `amd_writer`: how AMD partition attributes are
+    written (`amd_smi.AmdSmiWriter`); the sysfs files when None."""
     root = Path(host_root)
     choice = vendor.lower()
     if choice == "amd":
-        return [AmdSysfsBackend(root, topology=topology)]
+        return [AmdSysfsBackend(root, amd_writer, topology=topology)]
     if choice == "nvidia":
         return [NvmlBackend(nvml, root)]
     if choice != "auto":
@@ -95,7 +98,7 @@ def open_backends(
     backends: list[GpuBackend] = []
     for found in detect_vendors(root):
         if found == Vendor.AMD:
-            backends.append(AmdSysfsBackend(root, topology=topology))
+            backends.append(AmdSysfsBackend(root, amd_writer, topology=topology))
             continue
         nvidia = NvmlBackend(nvml, root)
         if nvidia.available:
