@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from gpuop_sim.cluster import SimNode, node_address
 from gpuop_sim.demo import (
+    DriverUpgrade,
     NodeRow,
     PodCell,
     Tone,
@@ -26,6 +27,7 @@ from gpuop_sim.demo import (
     self_check_due,
     self_check_of,
     stage_of,
+    upgrade_due,
     use_live,
 )
 
@@ -296,6 +298,66 @@ def test_the_mi300x_cpx_node_breaks_once_after_a_passed_self_check_and_health_sh
     assert health["due"] == "healthy" and health_of(gpu_node("fresh")) == "-"
 
 
+def device_config(
+    name: str, vendor: str, driver: dict[str, Any], *, ready: str = "True", observed: int = 2
+) -> dict[str, Any]:
+    pci = {"amd": "1002", "nvidia": "10de"}[vendor]
+    return {
+        "metadata": {"name": name, "namespace": "gpu-operator", "generation": 2},
+        "spec": {
+            "vendor": vendor,
+            "selector": {"matchLabels": {f"feature.node.kubernetes.io/pci-{pci}.present": "true"}},
+            "driver": driver,
+        },
+        "status": {"observedGeneration": observed, "conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+def driver_node(name: str, vendor: str, version: str | None) -> Any:
+    pci = {"amd": "1002", "nvidia": "10de"}[vendor]
+    labels = {f"feature.node.kubernetes.io/pci-{pci}.present": "true"}
+    return gpu_node(name, labels={**labels, "gpuop.dev/driver.version": version} if version else labels)
+
+
+def test_a_device_config_upgrades_once_after_its_nodes_all_run_the_first_version() -> None:
+    amd, nvidia = {"enable": True, "version": "6.12"}, {"enable": True, "version": "570.124.06"}
+    nodes = [driver_node("amd-0", "amd", "6.12"), driver_node("amd-1", "amd", "6.12")]
+    nodes.append(driver_node("nvidia-0", "nvidia", "570.124.06"))
+    configs = [device_config("amd", "amd", amd), device_config("nvidia", "nvidia", nvidia)]
+    assert upgrade_due(configs, nodes, upgraded=set()) == [
+        DriverUpgrade("gpu-operator", "amd", "6.13"),
+        DriverUpgrade("gpu-operator", "nvidia", "570.133.20"),
+    ]
+    assert DriverUpgrade("gpu-operator", "amd", "6.13").patch == {"spec": {"driver": {"version": "6.13"}}}
+    # Upgraded once: never again, even while its nodes still run the first version.
+    assert upgrade_due(configs, nodes, upgraded={"gpu-operator/amd"}) == [
+        DriverUpgrade("gpu-operator", "nvidia", "570.133.20")
+    ]
+    # The spec already names another version (the demo's patch, or an admin's own).
+    moved = device_config("amd", "amd", {"enable": True, "version": "6.13"})
+    assert upgrade_due([moved], nodes, upgraded=set()) == []
+
+
+def test_no_upgrade_before_every_node_has_the_first_version_and_the_config_is_ready() -> None:
+    driver = {"enable": True, "version": "6.12"}
+    installed = [driver_node("amd-0", "amd", "6.12"), driver_node("nvidia-0", "nvidia", None)]
+    installing = [driver_node("amd-0", "amd", "6.12"), driver_node("amd-1", "amd", None)]
+    assert upgrade_due([device_config("amd", "amd", driver)], installing, upgraded=set()) == []
+    not_ready = device_config("amd", "amd", driver, ready="False")
+    stale = device_config("amd", "amd", driver, observed=1)  # Ready for the previous generation
+    assert upgrade_due([not_ready, stale], installed, upgraded=set()) == []
+    nothing_selected = [driver_node("nvidia-0", "nvidia", None)]
+    assert upgrade_due([device_config("amd", "amd", driver)], nothing_selected, upgraded=set()) == []
+
+
+def test_a_device_config_that_does_not_install_the_driver_is_never_upgraded() -> None:
+    nodes = [driver_node("amd-0", "amd", "6.12")]  # a driver label from elsewhere
+    off = device_config("amd", "amd", {"enable": False, "version": "6.12"})
+    absent = device_config("amd", "amd", {})
+    assert upgrade_due([off], nodes, upgraded=set()) == []
+    assert upgrade_due([absent], nodes, upgraded=set()) == []
+
+
 CHART_YAML = "apiVersion: v2\nname: gpu-operator\nversion: 0.1.0\n"
 DAEMONSET_YAML = """\
 apiVersion: apps/v1
@@ -418,6 +480,7 @@ def test_no_driver_values_keep_the_umbrella_deviceconfigs_and_turn_the_driver_on
     for config, default in zip(written["deviceConfigs"], defaults, strict=True):
         assert config["spec"]["selector"] == default["spec"]["selector"]
         assert config["spec"]["driver"]["enable"] is True and config["spec"]["driver"]["version"]
+        assert config["spec"]["driver"]["upgradePolicy"]["maxParallelUpgrades"] == 1  # node by node
         manager = config["spec"].get("configManager")  # AMD only: the demo's CPX/NPS4 profile
         assert (manager or {}).get("enable", False) is (default["spec"]["vendor"] == "amd")
     hosts = yaml.safe_load(host_command_values(tmp_path / "h.yaml").read_text())

@@ -9,6 +9,9 @@ the config manager is Ready on the MI300X SPX node it labels that node for CPX/N
 not), and the `partition` column shows it quiesce, apply and come back with 64 partitions; once the
 MI300X CPX node passed its self-check it breaks one of its GPUs (`--no-break` not), and the `health`
 column shows the node labeller's GPUHealthy condition and the node go through remediation and back.
+With `--no-driver` the operator installs the driver, and once a DeviceConfig's nodes all run the
+demo's first version and it is Ready, the demo patches its `driver.version` to the next one
+(`--no-upgrade` not), and the stage column shows the nodes upgrade one at a time.
 Each pod shows what `kubectl get pods` would (`device-plugin CrashLoopBackOff x26`: its container's
 waiting/terminated reason and restart count), coloured on a terminal. `--no-live`, or a stdout that
 is not a terminal (`make demo | tee demo.log`), prints the table on each change instead;
@@ -19,6 +22,7 @@ is not a terminal (`make demo | tee demo.log`), prints the table on each change 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 import time
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import yaml
 from gpuop_common.gpu import AmdSysfsBackend
-from gpuop_common.kubejson import RESOURCESLICES
+from gpuop_common.kubejson import DEVICECONFIGS, RESOURCESLICES
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -44,11 +48,15 @@ from gpuop_sim.workloads.kubeapi import NODES, PODS
 from gpuop_sim.workloads.objects import (
     Obj,
     annotations_of,
+    key_of,
     labels_of,
+    meta,
     name_of,
+    namespace_of,
     node_is_ready,
     pod_is_ready,
     pod_phase,
+    selector_matches,
     spec_of,
     status_of,
 )
@@ -63,10 +71,15 @@ TEST_RUNNER = "test-runner"
 OPERATOR_NAMESPACE = "gpu-operator"
 RELEASE = "gpuop"
 # The operator's driver lifecycle on a node (docs/operator.md): installed version, upgrade step.
-DRIVER_LABELS = {"gpuop.dev/driver.version": "driver", "gpuop.dev/driver-upgrade-state": "upgrade"}
+DRIVER_VERSION_LABEL = "gpuop.dev/driver.version"
+DRIVER_LABELS = {DRIVER_VERSION_LABEL: "driver", "gpuop.dev/driver-upgrade-state": "upgrade"}
 # With --no-driver the umbrella's DeviceConfigs install the driver through the operator's Jobs,
 # whose playbooks send host commands to the simulator's recording fakes.
 DEMO_DRIVER_VERSIONS = {"amd": "6.12", "nvidia": "570.124.06"}
+# Unless --no-upgrade: once a DeviceConfig's nodes all run the first version, the demo patches it to
+# this one, and the operator rolls it through the nodes one at a time (maxParallelUpgrades: 1).
+DEMO_UPGRADE_VERSIONS = {"amd": "6.13", "nvidia": "570.133.20"}
+DEMO_UPGRADE_POLICY = {"maxParallelUpgrades": 1, "rebootRequired": False}
 # With --dra the DeviceConfigs run the DRA driver instead of the device plugin (docs/dra-driver.md).
 DRA_DRIVER = "gpu.gpuop.dev"
 # Unless --no-partition: the AMD DeviceConfig runs the config manager, and once it is Ready on the
@@ -336,13 +349,18 @@ def render(rows: Sequence[NodeRow]) -> Table:
     return table
 
 
-def kubectl_hint(kubeconfig: Path) -> str:
+def kubectl_command(kubeconfig: Path) -> str:
+    """`<kubectl> --kubeconfig <path>`: the real kubectl against the simulated cluster."""
     try:
         kubectl = str(find_binary("kubectl"))
     except MissingBinaryError:
         kubectl = "kubectl"
+    return f"{kubectl} --kubeconfig {kubeconfig}"
+
+
+def kubectl_hint(kubeconfig: Path) -> str:
     labels = " ".join(f"-L {label}" for label in LABEL_COLUMNS)
-    return f"{kubectl} --kubeconfig {kubeconfig} get nodes {labels}"
+    return f"{kubectl_command(kubeconfig)} get nodes {labels}"
 
 
 def device_config_values(
@@ -360,7 +378,7 @@ def device_config_values(
         vendor = str(spec.get("vendor"))
         if driver:
             version = DEMO_DRIVER_VERSIONS.get(vendor, "")
-            spec["driver"] = {"enable": True, "version": version, "upgradePolicy": {"rebootRequired": False}}
+            spec["driver"] = {"enable": True, "version": version, "upgradePolicy": dict(DEMO_UPGRADE_POLICY)}
         if dra:
             spec["devicePlugin"] = {**(spec.get("devicePlugin") or {}), "enable": False}
             spec["draDriver"] = {**(spec.get("draDriver") or {}), "enable": True}
@@ -416,6 +434,47 @@ def break_due(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], broken: set[st
     ]
 
 
+@dataclass(frozen=True)
+class DriverUpgrade:
+    """The demo's version change of one DeviceConfig: `spec.driver.version` -> `version`."""
+
+    namespace: str
+    name: str
+    version: str
+
+    @property
+    def patch(self) -> Obj:
+        return {"spec": {"driver": {"version": self.version}}}
+
+
+def upgrade_due(configs: Sequence[Obj], nodes: Sequence[Obj], upgraded: set[str]) -> list[DriverUpgrade]:
+    """DeviceConfigs that install the driver at the demo's first version of their vendor, are Ready
+    for their current generation, and whose selected nodes all run that version, and that the demo
+    has not upgraded before (`upgraded`: `namespace/name`): each goes to its vendor's next version
+    (pure)."""
+    due = []
+    for config in sorted(configs, key=key_of):
+        spec = spec_of(config)
+        driver = spec.get("driver") or {}
+        vendor = str(spec.get("vendor"))
+        first, after = DEMO_DRIVER_VERSIONS.get(vendor), DEMO_UPGRADE_VERSIONS.get(vendor)
+        if key_of(config) in upgraded or not driver.get("enable") or not after:
+            continue
+        selected = [n for n in nodes if selector_matches(spec.get("selector"), labels_of(n))]
+        installed = all(labels_of(n).get(DRIVER_VERSION_LABEL) == first for n in selected)
+        if selected and installed and driver.get("version") == first and _is_ready(config):
+            due.append(DriverUpgrade(namespace_of(config), name_of(config), after))
+    return due
+
+
+def _is_ready(config: Obj) -> bool:
+    """The operator's Ready condition, written for the DeviceConfig's current generation."""
+    status = status_of(config)
+    if status.get("observedGeneration") != meta(config).get("generation"):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
 def partition_of(node: Obj) -> str:
     """`cpx_nps4 success`: the labeller's partition label and the config manager's state."""
     labels = labels_of(node)
@@ -462,10 +521,17 @@ def install_operator_chart(
 
 
 class Snapshots:
-    """Reads the cluster for the table and asks each node's ready test runner for the self-check once."""
+    """Reads the cluster for the table and does what the demo's admin does once it is due: asks each
+    node's ready test runner for the self-check, relabels, breaks a GPU, upgrades the driver."""
 
     def __init__(
-        self, cluster: SimCluster, console: Console, *, partitions: bool = False, breaks: bool = False
+        self,
+        cluster: SimCluster,
+        console: Console,
+        *,
+        partitions: bool = False,
+        breaks: bool = False,
+        upgrades: bool = False,
     ) -> None:
         self.cluster = cluster
         self.console = console
@@ -473,6 +539,8 @@ class Snapshots:
         self.partitions = partitions
         self.breaks = breaks
         self.broken: set[str] = set()
+        self.upgrades = upgrades
+        self.upgraded: set[str] = set()
 
     def __call__(self) -> list[NodeRow]:
         rest = self.cluster.api()
@@ -493,6 +561,16 @@ class Snapshots:
         for name in break_due(self.cluster.nodes, nodes, self.broken) if self.breaks else []:
             self.broken.add(name)
             self._break(name)
+        configs = rest.list(DEVICECONFIGS)[0] if self.upgrades else []
+        for upgrade in upgrade_due(configs, nodes, self.upgraded):
+            self.upgraded.add(f"{upgrade.namespace}/{upgrade.name}")
+            patch = json.dumps(upgrade.patch, separators=(",", ":"))
+            self.console.print(
+                f"upgrade:    {kubectl_command(self.cluster.kubeconfig)} -n {upgrade.namespace} "
+                f"patch deviceconfig {upgrade.name} --type merge -p '{patch}'",
+                soft_wrap=True,
+            )
+            rest.patch(DEVICECONFIGS, upgrade.name, upgrade.patch, upgrade.namespace)
         return node_rows(self.cluster.nodes, nodes, pods, slices)
 
     def _break(self, name: str) -> None:
@@ -525,6 +603,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-break",
         action="store_true",
         help="do not remediate, nor break a GPU of the MI300X CPX node once it passed its self-check",
+    )
+    parser.add_argument(
+        "--no-upgrade",
+        action="store_true",
+        help="with --no-driver: do not move the DeviceConfigs to the next driver version once the "
+        "first is installed everywhere",
     )
     parser.add_argument(
         "--dra",
@@ -571,12 +655,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.no_driver:
             console.print("Nodes start without a driver: the operator installs it with its playbook Jobs.")
+            if not args.no_upgrade:
+                console.print("Then the demo moves each DeviceConfig to the next driver version.")
         if args.dra:
             console.print(f"GPUs go through DRA ({DRA_DRIVER} ResourceSlices), not the device plugin.")
         installed = install_operator_chart(cluster, args.chart, console, values)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         snapshot = Snapshots(
-            cluster, console, partitions=partitions and installed, breaks=breaks and installed
+            cluster,
+            console,
+            partitions=partitions and installed,
+            breaks=breaks and installed,
+            upgrades=args.no_driver and not args.no_upgrade and installed,
         )
         if not use_live(no_live=args.no_live, is_terminal=console.is_terminal):
             _print_on_change(snapshot, console, stop, deadline, args.refresh)
