@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from gpuop_common.gpu import NvmlBackend, PartitionWriteError
 from gpuop_common.gpu.mig_geometry import fit_refusal
+from gpuop_sim.nodes import update_nvml_state
 from gpuop_sim.nodes.fake_nvml import FakeNvml
 from gpuop_sim.nodes.nvml_state import load_state
 
@@ -58,9 +59,41 @@ def test_layout_that_does_not_fit_is_insufficient_resources(nodes):
         writer.apply(True, {"3g.40gb": 2, "1g.10gb": 1})
     assert excinfo.value.errno_name == "NVMLError_InsufficientResources"
     assert "nvmlDeviceCreateGpuInstance" in str(excinfo.value)
-    # The node is still usable: a layout that fits applies over the leftovers.
+    assert "the GPU was put back as it was" in str(excinfo.value)
+    assert writer.modes() == (0, 0) and writer.instances() == []  # MIG off again, nothing pending
+    # The node is still usable: a layout that fits applies.
     writer.apply(True, {"7g.80gb": 1})
     assert writer.layout() == {"7g.80gb": 1}
+
+
+def test_a_refused_relayout_puts_the_instances_back_at_their_placements(nodes):
+    _, _, backend = nodes("nvidia-h100x8-mig")
+    writer = backend.mig_writer(backend.enumerate()[2].id)  # 3g.40gb@0 + 2g.20gb@4 + 1g.10gb@6
+    before = {(i.key, i.compute_instances) for i in writer.instances()}
+    with pytest.raises(PartitionWriteError) as excinfo:
+        writer.apply(True, {"3g.40gb": 2, "1g.10gb": 1})  # the 1g.10gb finds no slice left
+    assert excinfo.value.errno_name == "NVMLError_InsufficientResources"
+    assert {(i.key, i.compute_instances) for i in writer.instances()} == before
+    assert writer.layout() == {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}
+
+
+def test_mig_mode_the_driver_cannot_activate_is_withdrawn(nodes):
+    info, _, backend = nodes("nvidia-h100x8")
+    update_nvml_state(info.root, lambda s: setattr(s.gpus[3], "processes", [4242]))
+    writer = backend.mig_writer(backend.enumerate()[3].id)
+    with pytest.raises(PartitionWriteError) as excinfo:
+        writer.apply(True, {"1g.10gb": 7})
+    assert excinfo.value.errno_name == "NVMLError_InUse"
+    assert "MIG mode on not activated: activation status In use by another client" in str(excinfo.value)
+    assert writer.modes() == (0, 0)  # not pending for the GPU's next reset
+
+
+def test_a_pending_mode_left_by_someone_else_is_withdrawn(nodes):
+    info, _, backend = nodes("nvidia-h100x8")
+    update_nvml_state(info.root, lambda s: setattr(s.gpus[4], "mig_pending", 1))  # e.g. nvidia-smi -mig 1
+    writer = backend.mig_writer(backend.enumerate()[4].id)
+    writer.apply(False, {})
+    assert writer.modes() == (0, 0)
 
 
 def test_orphan_gpu_instance_from_a_crash_is_cleaned_up(nodes):

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from gpuop_sim.nodes import fake_nvml, inject_xid
+from gpuop_sim.nodes import fake_nvml, inject_xid, update_nvml_state
 from gpuop_sim.nodes.fake_nvml import FakeNvml
 from gpuop_sim.nodes.nvml_state import load_state
 
@@ -89,3 +89,33 @@ def test_a_service_process_sees_the_node_and_later_faults(gpu_node_root):
         inject_xid(info.root, uuid, 79)
         out, _ = proc.communicate(timeout=30)
     assert out.split() == ["unhealthy", uuid]
+
+
+def test_processes_outside_pods_keep_mig_mode_pending_and_compute_instances_in_use(gpu_node_root):
+    info = gpu_node_root("nvidia-h100x8-mig")
+
+    def hold(state):
+        state.gpus[5].processes = [4242]  # MIG off: a CUDA program on the whole GPU
+        state.gpus[1].mig_devices[1].processes = [4343]  # on GPU 1's second 3g.40gb
+
+    update_nvml_state(info.root, hold)
+    nvml = FakeNvml(path=info.nvml_state_path)
+    nvml.nvmlInit()
+    busy = nvml.nvmlDeviceGetHandleByIndex(5)
+    # As pynvml: the call succeeds and returns the activation status; the mode stays pending.
+    assert nvml.nvmlDeviceSetMigMode(busy, fake_nvml.NVML_DEVICE_MIG_ENABLE) == fake_nvml.NVML_ERROR_IN_USE
+    assert nvml.nvmlDeviceGetMigMode(busy) == [0, 1]
+    # Asking for the mode in force withdraws the pending change.
+    assert nvml.nvmlDeviceSetMigMode(busy, fake_nvml.NVML_DEVICE_MIG_DISABLE) == fake_nvml.NVML_SUCCESS
+    assert nvml.nvmlDeviceGetMigMode(busy) == [0, 0]
+    idle = nvml.nvmlDeviceGetHandleByIndex(6)
+    assert nvml.nvmlDeviceSetMigMode(idle, fake_nvml.NVML_DEVICE_MIG_ENABLE) == fake_nvml.NVML_SUCCESS
+    assert nvml.nvmlDeviceGetMigMode(idle) == [1, 1]
+    gpu1 = nvml.nvmlDeviceGetHandleByIndex(1)
+    held = load_state(info.nvml_state_path).gpus[1].mig_devices[1]
+    gi = nvml.nvmlDeviceGetGpuInstanceById(gpu1, held.gpu_instance_id)
+    ci = nvml.nvmlGpuInstanceGetComputeInstanceById(gi, held.compute_instance_id)
+    with pytest.raises(fake_nvml.NVMLError_InUse):
+        nvml.nvmlComputeInstanceDestroy(ci)
+    assert len(load_state(info.nvml_state_path).gpus[1].mig_devices) == 2
+    nvml.nvmlShutdown()

@@ -14,7 +14,8 @@ from gpuop_sim.nodes.fake_nvml import FakeNvml
 
 FAKE_FUNCTIONS = sorted(n for n in dir(FakeNvml) if n.startswith("nvml"))
 BACKEND_SOURCES = [
-    Path(gpu_pkg.__file__).with_name(n) for n in ("nvidia.py", "nvidia_inventory.py", "nvml_calls.py")
+    Path(gpu_pkg.__file__).with_name(n)
+    for n in ("nvidia.py", "nvidia_inventory.py", "nvidia_mig.py", "nvml_calls.py")
 ]
 
 
@@ -35,6 +36,7 @@ def test_every_nvml_name_the_backend_uses_exists_in_pynvml_and_the_fake():
         used |= set(re.findall(r"\b(nvml[A-Z]\w+|NVML_[A-Z0-9_]+)\b", source.read_text()))
     # Not NVML names: the backend's env constant, and words from comments / struct field names.
     used -= {"NVML_MODULE_ENV", "nvmlClocksEventReason", "nvmlFieldValue_t", "nvmlReturn"}
+    used -= {"NVML_COMPUTE_INSTANCE_PROFILE_"}  # NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE in a comment
     missing_real = sorted(n for n in used if not hasattr(pynvml, n))
     missing_fake = sorted(n for n in used if not hasattr(FakeNvml(), n))
     assert missing_real == [] and missing_fake == []

@@ -53,6 +53,7 @@ class PartitionWriteError(GpuBackendError):
     def __init__(self, gpu_id: str, target: str, detail: str, errno_name: str | None = None) -> None:
         self.gpu_id = gpu_id
         self.target = target
+        self.detail = detail
         self.errno_name = errno_name
         super().__init__(f"GPU {gpu_id}: setting partition mode via {target} failed: {detail}")
 

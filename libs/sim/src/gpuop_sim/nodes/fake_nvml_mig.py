@@ -4,6 +4,10 @@ Same names, arguments, result fields and errors as nvidia-ml-py (NVML API refere
 - profile info needs MIG mode on (NOT_SUPPORTED otherwise); a profile the GPU lacks is NOT_SUPPORTED;
 - create finds the first free placement of the profile, INSUFFICIENT_RESOURCES when none is left;
 - a GPU instance with compute instances, or MIG mode off while GPU instances exist, is IN_USE;
+- a compute instance with processes on it (`MigDeviceState.processes`) is IN_USE to destroy;
+- a MIG mode change on a GPU held by processes (`GpuState.processes`) is not activated: the call
+  succeeds, the new mode stays pending and the activation status it returns is NVML_ERROR_IN_USE
+  (the NVML reference: "if device unbind fails because the device isn't idle");
 - a missing instance id is NOT_FOUND.
 The geometry is the H100 80GB one: 8 memory slices, 7 compute slices, placements aligned to size.
 Only compute instances spanning their whole GPU instance are modelled (the MIG devices plugins use).
@@ -147,10 +151,14 @@ class FakeNvmlMig(FakeNvmlCore):
                 raise _fail(NVML_ERROR_INVALID_ARGUMENT)
             if mode == NVML_DEVICE_MIG_DISABLE and (gpu.gpu_instances or gpu.mig_devices):
                 raise _fail(NVML_ERROR_IN_USE)
+            gpu.mig_pending = int(mode)
+            if mode != gpu.mig_current and gpu.processes:
+                self._save()  # pending until the GPU is idle and reset
+                return NVML_ERROR_IN_USE  # the activation status pynvml returns
             # Hopper applies the change at once when no process holds the GPU.
-            gpu.mig_current = gpu.mig_pending = int(mode)
+            gpu.mig_current = int(mode)
             self._save()
-        return NVML_SUCCESS  # the activation status pynvml returns
+        return NVML_SUCCESS
 
     def nvmlDeviceGetGpuInstanceProfileInfo(
         self, device: _Handle, profile: int, version: int = 2
@@ -299,6 +307,9 @@ class FakeNvmlMig(FakeNvmlCore):
             gpu = self._mig_gpu(computeInstance, "nvmlComputeInstanceDestroy")
             before = len(gpu.mig_devices)
             key = (computeInstance.gi_id, computeInstance.ci_id)
+            busy = [m for m in gpu.mig_devices if (m.gpu_instance_id, m.compute_instance_id) == key]
+            if any(m.processes for m in busy):
+                raise _fail(NVML_ERROR_IN_USE)
             gpu.mig_devices = [
                 m for m in gpu.mig_devices if (m.gpu_instance_id, m.compute_instance_id) != key
             ]

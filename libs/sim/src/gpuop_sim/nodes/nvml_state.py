@@ -27,6 +27,9 @@ class MigDeviceState(BaseModel):
     memory_total: int
     memory_used: int = 0
     multiprocessor_count: int
+    # Processes running on this MIG device that no pod owns (a CUDA program or DCGM's nv-hostengine
+    # started on the host): its compute instance cannot be destroyed (NVML_ERROR_IN_USE).
+    processes: list[int] = Field(default_factory=list)
 
 
 class GpuInstanceState(BaseModel):
@@ -80,6 +83,10 @@ class GpuState(BaseModel):
     mig_current: int = 0
     mig_pending: int = 0
     mig_capable: bool = True
+    # Processes holding the whole GPU that no pod owns (as for MIG devices): the driver cannot
+    # unbind the GPU to switch MIG mode, so nvmlDeviceSetMigMode leaves the new mode pending and
+    # answers activation status NVML_ERROR_IN_USE.
+    processes: list[int] = Field(default_factory=list)
     mig_devices: list[MigDeviceState] = Field(default_factory=list)
     gpu_instances: list[GpuInstanceState] = Field(default_factory=list)
     lost: bool = False  # every query answers NVML_ERROR_GPU_IS_LOST
