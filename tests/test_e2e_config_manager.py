@@ -83,11 +83,28 @@ def test_profile_label_gives_64_partitions_in_allocatable_and_labels() -> None:
             timeout=180,
             what="the labeller's partition label",
         )
-        events = core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={node}").items
-        reasons = [e.reason for e in events if e.source and e.source.component == "gpuop-config-manager"]
         expected = {"ConfigPending", "Quiescing", "ApplyingConfig", "ReloadingDriver", "ConfigApplied"}
-        assert expected <= set(reasons)
-        # CPX at once, NPS4 at one reload of amdgpu, run on the node's host through hostExec.
-        root = cluster.nodes[0].root
-        assert hostfakes.recorded(root) == [["modprobe", "-r", "amdgpu"], ["modprobe", "amdgpu"]]
+        cluster.wait_for_events(
+            None,
+            lambda events: (
+                expected
+                <= {
+                    e["reason"]
+                    for e in events
+                    if e["involvedObject"]["name"] == node
+                    and (e.get("source") or {}).get("component") == "gpuop-config-manager"
+                }
+            ),
+            what=f"the config manager's Events on {node}",
+        )
+        # The chart's partitionTool auto found amd-smi on the host (hostExec): CPX and NPS4 per GPU
+        # through it, CPX at once, NPS4 at one reload of amdgpu.
+        calls = hostfakes.recorded(cluster.nodes[0].root)
+        sets = [c for c in calls if c[:2] == ["amd-smi", "set"]]
+        assert calls[0] == ["amd-smi", "version"] and len({c[3] for c in sets}) == 8
+        assert (
+            sorted(c[4:] for c in sets)
+            == [["--compute-partition", "CPX"]] * 8 + [["--memory-partition", "NPS4"]] * 8
+        )
+        assert calls[1 + len(sets) :] == [["modprobe", "-r", "amdgpu"], ["modprobe", "amdgpu"]]
         api.close()
