@@ -189,19 +189,26 @@ def test_restart_mid_apply_resumes_and_never_stays_applying(harness):
     assert h.events() == ["ConfigResumed", "ApplyingConfig", "ConfigApplied"]
 
 
+def _failed_and_put_back(h, gpu_uuid: str, nvml_call: str):
+    """Run the agent once: `failed`, the reason naming the GPU, the refused call and NVMLError_InUse
+    and saying the GPU was put back, the operands restored. Returns the node's metadata."""
+    assert h.agent().run_once().state is State.FAILED
+    node = h.node()
+    reason = node.annotations[REASON_ANNOTATION]
+    assert gpu_uuid in reason and nvml_call in reason and "NVMLError_InUse" in reason
+    assert reason.endswith("the GPU was put back as it was")
+    assert node.labels[NVIDIA_STATE_LABEL] == "failed"
+    assert {k: node.labels[k] for k in h.DEPLOY} == h.DEPLOY and PROGRESS_ANNOTATION not in node.annotations
+    return node
+
+
 def test_mig_mode_change_refused_is_failed_and_the_gpu_keeps_its_mode(harness):
     h = harness("nvidia-h100x8-mig", {MIG_CONFIG: "all-1g.10gb"})
     busy = _uuids(h.info)[5]
     update_nvml_state(h.info.root, lambda s: setattr(s.gpus[5], "processes", [4242]))  # a CUDA program
-    outcome = h.agent().run_once()
-    assert outcome.state is State.FAILED
-    node = h.node()
-    reason = node.annotations[REASON_ANNOTATION]
-    assert busy in reason and "nvmlDeviceSetMigMode" in reason and "NVMLError_InUse" in reason
-    assert reason.endswith("the GPU was put back as it was")
-    assert node.labels[STATE_LABEL] == "failed" and node.labels[NVIDIA_STATE_LABEL] == "failed"
+    node = _failed_and_put_back(h, busy, "nvmlDeviceSetMigMode")
+    assert node.labels[STATE_LABEL] == "failed"
     assert h.kube.states() == ["pending", "quiescing", "applying", "failed"]
-    assert {k: node.labels[k] for k in h.DEPLOY} == h.DEPLOY and PROGRESS_ANNOTATION not in node.annotations
     assert h.events()[-1] == "ConfigFailed"
     # GPUs 0-4 took the layout; GPU 5 is MIG off with no change left pending for its next reset;
     # GPUs 6-7 were not reached.
@@ -218,13 +225,6 @@ def test_compute_instance_in_use_is_failed_and_the_gpu_keeps_its_layout(harness)
     busy = _uuids(h.info)[1]
     # A program outside Kubernetes on GPU 1's second 3g.40gb (destroyed after the first).
     update_nvml_state(h.info.root, lambda s: setattr(s.gpus[1].mig_devices[1], "processes", [4343]))
-    outcome = h.agent().run_once()
-    assert outcome.state is State.FAILED
-    node = h.node()
-    reason = node.annotations[REASON_ANNOTATION]
-    assert busy in reason and "nvmlComputeInstanceDestroy" in reason and "NVMLError_InUse" in reason
-    assert reason.endswith("the GPU was put back as it was")
-    assert {k: node.labels[k] for k in h.DEPLOY} == h.DEPLOY and PROGRESS_ANNOTATION not in node.annotations
-    assert node.labels[NVIDIA_STATE_LABEL] == "failed"
+    _failed_and_put_back(h, busy, "nvmlComputeInstanceDestroy")
     # GPU 0 already matched; GPU 1 is put back as it was (its first 3g.40gb made again); 2-7 untouched.
     assert _layouts(h.info) == FIXTURE_LAYOUT and _half_done(h.info) == []
