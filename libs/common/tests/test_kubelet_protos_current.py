@@ -32,15 +32,30 @@ def test_committed_stubs_are_current(gen_protos: ModuleType) -> None:
     assert stale == [], f"stale generated kubelet stubs {stale}: run `make protos` and commit the result"
 
 
-def test_a_changed_proto_is_reported_stale(gen_protos: ModuleType, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("proto", "field", "changed"),
+    [
+        ("deviceplugin_v1beta1", "bool read_only = 3;", "bool read_only = 4;"),
+        (
+            "dra_health_v1alpha1",
+            "int64 health_check_timeout_seconds = 4;",
+            "int32 health_check_timeout_seconds = 4;",
+        ),
+    ],
+)
+def test_a_changed_proto_is_reported_stale(
+    gen_protos: ModuleType, tmp_path: Path, proto: str, field: str, changed: str
+) -> None:
     protos = tmp_path / "protos"
     shutil.copytree(gen_protos.PROTO_DIR, protos)
-    source = protos / "deviceplugin_v1beta1.proto"
-    source.write_text(source.read_text().replace("bool read_only = 3;", "bool read_only = 4;"))
+    source = protos / f"{proto}.proto"
+    text = source.read_text()
+    assert field in text
+    source.write_text(text.replace(field, changed))
 
     stale = gen_protos.stale_files(gen_protos.GENERATED_DIR, protos)
 
-    assert "deviceplugin_v1beta1_pb2.py" in stale
+    assert f"{proto}_pb2.py" in stale
 
 
 def test_generated_grpc_modules_import_their_messages_relatively(gen_protos: ModuleType) -> None:

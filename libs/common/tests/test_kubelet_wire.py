@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 import pytest
 from gpuop_common.kubelet import deviceplugin as dp
-from gpuop_common.kubelet import dra, serve_unix, unix_channel
+from gpuop_common.kubelet import dra, drahealth, serve_unix, unix_channel
 from gpuop_common.kubelet import pluginregistration as reg
 from gpuop_common.kubelet import podresources as pr
 
@@ -139,6 +139,35 @@ def test_dra_bytes() -> None:
     assert dra.v1.Device.FromString(device + ln(5, "share")).share_id == "share"
 
 
+def test_dra_health_bytes() -> None:
+    assert drahealth.NodeWatchResourcesRequest().SerializeToString() == b""
+    health = (
+        ln(1, ln(1, "node-a") + ln(2, "gpu-0"))
+        + vint(2, 2)
+        + vint(3, 1_760_000_000)
+        + vint(4, 30)
+        + ln(5, "ras_uncorrectable_increase")
+    )
+    message = drahealth.NodeWatchResourcesResponse(
+        devices=[
+            drahealth.DeviceHealth(
+                device=drahealth.DeviceIdentifier(pool_name="node-a", device_name="gpu-0"),
+                health=drahealth.UNHEALTHY,
+                last_updated_time=1_760_000_000,
+                health_check_timeout_seconds=30,
+                message="ras_uncorrectable_increase",
+            )
+        ]
+    )
+    assert message.SerializeToString() == ln(1, health)
+    decoded = drahealth.NodeWatchResourcesResponse.FromString(ln(1, health) + ln(1, vint(2, 1)))
+    assert [drahealth.status_name(d.health) for d in decoded.devices] == ["Unhealthy", "Healthy"]
+    assert decoded.devices[0].device.device_name == "gpu-0"
+    # UNKNOWN is the zero value: a device sent without a health reads Unknown, as does a future value.
+    assert drahealth.status_name(drahealth.DeviceHealth().health) == "Unknown"
+    assert drahealth.status_name(7) == "Unknown"
+
+
 EXPECTED_PATHS = {
     "/v1beta1.Registration/Register",
     "/v1beta1.DevicePlugin/GetDevicePluginOptions",
@@ -155,6 +184,7 @@ EXPECTED_PATHS = {
     "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources",
     "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
     "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources",
+    "/v1alpha1.DRAResourceHealth/NodeWatchResources",
 }
 
 
@@ -208,6 +238,11 @@ def test_stubs_call_the_kubelet_method_paths(
         ),
         lambda: dra.v1_grpc.DRAPluginStub(channel).NodeUnprepareResources(
             dra.v1.NodeUnprepareResourcesRequest(), timeout=5
+        ),
+        lambda: list(
+            drahealth.DRAResourceHealthStub(channel).NodeWatchResources(
+                drahealth.NodeWatchResourcesRequest(), timeout=5
+            )
         ),
     ]
     for call in calls:

@@ -1,6 +1,7 @@
 """Kubelet gRPC APIs over unix sockets, from project-written protos that are wire-compatible upstream.
 
-Submodules: `deviceplugin` (v1beta1), `podresources` (v1), `pluginregistration`, `dra` (v1beta1, v1).
+Submodules: `deviceplugin` (v1beta1), `podresources` (v1), `pluginregistration`, `dra` (v1beta1, v1),
+`drahealth` (the DRA resource health stream, v1alpha1).
 The socket helpers below are what every client and server of these APIs needs.
 """
 
