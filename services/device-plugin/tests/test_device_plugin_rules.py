@@ -8,10 +8,11 @@ import pytest
 from gpuop_common.config import DevicePluginConfig
 from gpuop_common.config.device_plugin import HealthChecks
 from gpuop_common.gpu import GpuDevice, GpuHealth, HealthReason, PartitionState, PciIds, Vendor
+from gpuop_common.gpu.changes import merge_inventory
 from gpuop_device_plugin.allocation import AllocationRequestError, grant, validate_request
 from gpuop_device_plugin.devices import PluginDevice
 from gpuop_device_plugin.health import evaluate
-from gpuop_device_plugin.inventory import build_plan, merge_inventory
+from gpuop_device_plugin.inventory import build_plan
 from gpuop_device_plugin.topology import preferred_devices
 
 

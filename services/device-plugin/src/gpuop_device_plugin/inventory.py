@@ -216,26 +216,3 @@ def build_plan(gpus: Sequence[GpuDevice], config: DevicePluginConfig) -> Resourc
         shared=shared,
         fail_requests_greater_than_one=config.sharing.time_slicing.fail_requests_greater_than_one,
     )
-
-
-def merge_inventory(previous: Sequence[GpuDevice], current: Sequence[GpuDevice]) -> list[GpuDevice]:
-    """The GPUs to advertise: what the backend sees now, plus what it lost since.
-
-    A GPU or partition that vanished stays listed (and turns Unhealthy) rather than silently
-    shrinking the node's capacity; a GPU whose partition mode changed is taken as it is now, since
-    its old partitions were reconfigured, not lost.
-    """
-    now = {gpu.id: gpu for gpu in current}
-    merged: list[GpuDevice] = []
-    for old in previous:
-        new = now.pop(old.id, None)
-        if new is None:
-            merged.append(old)
-            continue
-        same_mode = (old.partition.key if old.partition else None) == (
-            new.partition.key if new.partition else None
-        )
-        lost_partitions = {p.id for p in old.partitions} - {p.id for p in new.partitions}
-        merged.append(old if same_mode and lost_partitions else new)
-    merged.extend(now.values())
-    return sorted(merged, key=lambda gpu: (gpu.vendor, gpu.index, gpu.pci_address))

@@ -16,11 +16,17 @@ from dataclasses import dataclass
 
 from gpuop_common.config import DevicePluginConfig
 from gpuop_common.gpu import GpuBackend, GpuBackendError, GpuDevice, GpuHealth, NvmlBackend
-from gpuop_common.gpu.changes import changed_partition_modes, enumerate_all, health_all, health_reason_key
+from gpuop_common.gpu.changes import (
+    changed_partition_modes,
+    enumerate_all,
+    health_all,
+    health_reason_key,
+    merge_inventory,
+)
 
 from gpuop_device_plugin.devices import UNHEALTHY, ResourcePlan
 from gpuop_device_plugin.health import HealthVerdict, evaluate, uncorrectable_totals
-from gpuop_device_plugin.inventory import build_plan, merge_inventory
+from gpuop_device_plugin.inventory import build_plan
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,8 @@ Enumeration is the expensive read; health is cheap. Both agents read health on e
 enumerate again only when the set of health reasons changes (a vanished partition or a new
 partition mode shows up in health first) or on request. When a GPU's partition mode changed, the
 backends' health baseline must be re-taken, or the new partitions would read as vanished ones.
+`merge_inventory` keeps what vanished since the last enumeration, so both agents can go on naming
+(as unhealthy) a GPU or partition a pod may still hold.
 """
 
 from __future__ import annotations
@@ -61,3 +63,26 @@ def changed_partition_modes(before: Sequence[GpuDevice], after: Sequence[GpuDevi
     """Ids of GPUs present in both whose partition mode differs."""
     old = partition_modes(before)
     return [gid for gid, mode in partition_modes(after).items() if gid in old and old[gid] != mode]
+
+
+def merge_inventory(previous: Sequence[GpuDevice], current: Sequence[GpuDevice]) -> list[GpuDevice]:
+    """The GPUs to advertise: what the backend sees now, plus what it lost since.
+
+    A GPU or partition that vanished stays listed (and turns Unhealthy) rather than silently
+    shrinking the node's capacity; a GPU whose partition mode changed is taken as it is now, since
+    its old partitions were reconfigured, not lost.
+    """
+    now = {gpu.id: gpu for gpu in current}
+    merged: list[GpuDevice] = []
+    for old in previous:
+        new = now.pop(old.id, None)
+        if new is None:
+            merged.append(old)
+            continue
+        same_mode = (old.partition.key if old.partition else None) == (
+            new.partition.key if new.partition else None
+        )
+        lost_partitions = {p.id for p in old.partitions} - {p.id for p in new.partitions}
+        merged.append(old if same_mode and lost_partitions else new)
+    merged.extend(now.values())
+    return sorted(merged, key=lambda gpu: (gpu.vendor, gpu.index, gpu.pci_address))
