@@ -7,7 +7,8 @@ with KubeletEmulator(tmp_root) as kubelet:
 """
 
 from .devicemanager import Allocation
-from .dra import DraClaim, PreparedDevice, PrepareResult
+from .dra import DraClaim, PreparedClaim, PreparedDevice, PrepareResult
+from .drahealth import DraDeviceHealth
 from .emulator import ChangeCallback, KubeletEmulator
 from .pluginwatcher import RegisteredPlugin
 from .podresources import ContainerAssignment, PodAssignment
@@ -21,11 +22,13 @@ __all__ = [
     "DeviceInfo",
     "DeviceSnapshot",
     "DraClaim",
+    "DraDeviceHealth",
     "DraError",
     "KubeletEmulator",
     "KubeletEmulatorError",
     "PodAssignment",
     "PrepareResult",
+    "PreparedClaim",
     "PreparedDevice",
     "RegisteredPlugin",
 ]

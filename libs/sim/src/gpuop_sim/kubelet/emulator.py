@@ -17,6 +17,7 @@ from pathlib import Path
 from gpuop_common.kubelet import (
     UnixServer,
     check_socket_path,
+    drahealth,
     is_socket,
     serve_unix,
 )
@@ -25,7 +26,8 @@ from gpuop_common.kubelet import pluginregistration as reg
 from gpuop_common.kubelet import podresources as pr
 
 from .devicemanager import THREAD_PREFIX, Allocation, DeviceManager, DeviceManagerConfig
-from .dra import DraClaim, DraPlugins, PrepareResult
+from .dra import DraClaim, DraPlugins, PreparedClaim, PrepareResult
+from .drahealth import DeviceKey, DraDeviceHealth
 from .pluginwatcher import (
     DevicePluginHandler,
     DraPluginHandler,
@@ -60,6 +62,7 @@ class KubeletEmulator:
         rpc_timeout: float = 10.0,
         endpoint_grace_s: float = 300.0,
         watch_interval_s: float = 0.1,
+        dra_health_retry_s: float = drahealth.STREAM_RETRY_S,
         pod_resources_qps: float | None = pr.POD_RESOURCES_QPS,
         pod_resources_burst: int = pr.POD_RESOURCES_BURST,
         on_change: ChangeCallback | None = None,
@@ -81,7 +84,7 @@ class KubeletEmulator:
         )
         self._assignments = AssignmentStore()
         self._limits = (pod_resources_qps, pod_resources_burst)
-        self._dra = DraPlugins()
+        self._dra = DraPlugins(health_retry_s=dra_health_retry_s, on_change=self._notify)
         handlers: dict[str, PluginHandler] = {
             reg.DEVICE_PLUGIN: DevicePluginHandler(self._devices),
             reg.DRA_PLUGIN: DraPluginHandler(self._dra),
@@ -311,6 +314,19 @@ class KubeletEmulator:
 
     def unprepare(self, driver: str, claims: Sequence[DraClaim]) -> dict[str, str]:
         return self._dra.unprepare(driver, claims)
+
+    def dra_prepared_claims(self) -> dict[str, PreparedClaim]:
+        """Claim UID -> driver and devices, for every claim prepared and not unprepared since."""
+        return self._dra.prepared_claims()
+
+    def dra_device_health(self, driver: str) -> dict[DeviceKey, DraDeviceHealth]:
+        """(pool, device) -> the latest health the driver's health stream reported for it."""
+        return self._dra.device_health(driver)
+
+    def dra_claim_health(self, claim_uid: str) -> dict[DeviceKey, DraDeviceHealth]:
+        """(pool, device) -> health of each device of a prepared claim (Unknown when unreported):
+        what the kubelet writes into the pod's status.containerStatuses[].allocatedResourcesStatus."""
+        return self._dra.claim_health(claim_uid)
 
 
 __all__ = ["ChangeCallback", "KubeletEmulator", "KubeletEmulatorError"]
