@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from gpuop_common.gpu import GpuHealth, HealthReason, PartitionHealth, Vendor, open_backends
+from gpuop_common.gpu import Vendor, open_backends
 from gpuop_common.gpu.cdi import validate_spec
 from gpuop_dra_driver import DRIVER_NAME
 from gpuop_dra_driver.cdi import claim_spec
 from gpuop_dra_driver.claims import AllocatedDevice, ClaimError, allocated_devices
-from gpuop_dra_driver.devices import DraDevice, build_devices, unhealthy_ids
+from gpuop_dra_driver.devices import DraDevice, build_devices
 from gpuop_dra_driver.slices import CONTENT_ANNOTATION, plan_slices
 from gpuop_sim.nodes import NodeRootInfo
 
@@ -43,22 +43,6 @@ def test_device_names_are_unique_dns_labels_and_attributes_fit_the_api(
     for d in devices:
         assert len(d.attributes) + len(d.capacity) <= 32
         assert all(len(str(v)) <= 64 for a in d.attributes.values() for v in a.values())
-    # A health reason on a GPU drops all of its devices, one on a partition only that one.
-    gpu = gpus[0]
-    assert not [d for d in build_devices(gpus, frozenset({gpu.id})) if d.gpu_id == gpu.id]
-    if len(devices) > len(gpus):
-        first = devices[0]
-        assert [d.name for d in build_devices(gpus, frozenset({first.uid}))] == names[1:]
-
-
-def test_unhealthy_ids_collects_gpu_and_partition_reasons() -> None:
-    bad = HealthReason("x", "y")
-    reports = [
-        GpuHealth("a", (bad,)),
-        GpuHealth("b", (), (PartitionHealth("b1", (bad,)), PartitionHealth("b2"))),
-        GpuHealth("c"),
-    ]
-    assert unhealthy_ids(reports) == {"a", "b1"}
 
 
 def test_only_this_driver_s_results_are_prepared_and_every_problem_is_named() -> None:

@@ -4,8 +4,7 @@ Device names are DNS labels (ResourceSlice rule) built from the GPU's PCI addres
 same hardware across restarts and when another GPU vanishes (indices shift then):
 `gpu-<dddd>-<bb>-<dd>-<f>`, `...-part-<n>` (AMD partition n), `...-mig-<gi>-<ci>` (NVIDIA MIG device
 by GPU/compute instance). A partitioned GPU publishes its partitions only: the
-whole GPU is not allocatable while partitioned. Unhealthy devices (the backend's health reasons on
-the GPU or the partition) are left out, so the scheduler stops placing claims on them.
+whole GPU is not allocatable while partitioned. Which of them are healthy is `health`'s business.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuop_common.gpu import GpuDevice, GpuHealth, Vendor
+from gpuop_common.gpu import GpuDevice, Vendor
 
 TYPE_GPU = "gpu"
 TYPE_PARTITION = "partition"
@@ -210,19 +209,9 @@ def nvidia_devices(gpu: GpuDevice) -> list[DraDevice]:
     return devices
 
 
-def unhealthy_ids(reports: Sequence[GpuHealth]) -> frozenset[str]:
-    """GPU and partition ids with at least one health reason."""
-    bad = {r.gpu_id for r in reports if not r.healthy}
-    bad |= {p.id for r in reports for p in r.partitions if not p.healthy}
-    return frozenset(bad)
-
-
-def build_devices(gpus: Sequence[GpuDevice], unhealthy: frozenset[str] = frozenset()) -> list[DraDevice]:
-    """Every healthy device of these GPUs, sorted by name."""
+def build_devices(gpus: Sequence[GpuDevice]) -> list[DraDevice]:
+    """Every device of these GPUs, healthy or not, sorted by name."""
     devices: list[DraDevice] = []
     for gpu in gpus:
-        if gpu.id in unhealthy:
-            continue
-        found = amd_devices(gpu) if gpu.vendor == Vendor.AMD else nvidia_devices(gpu)
-        devices.extend(d for d in found if d.uid not in unhealthy)
+        devices.extend(amd_devices(gpu) if gpu.vendor == Vendor.AMD else nvidia_devices(gpu))
     return sorted(devices, key=lambda d: d.name)

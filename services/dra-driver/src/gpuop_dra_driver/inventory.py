@@ -4,6 +4,9 @@ Health is read on every `refresh()`; enumeration (the expensive read) only at st
 every `rescan_interval` seconds (a partition change the health baseline does not show) and when the
 set of health reasons changes. A changed partition mode re-takes the backends' health
 baseline, as the device plugin does, so the new partitions do not read as vanished ones.
+
+Each refresh also leaves the health of every known device (`health()`), for the kubelet's health
+stream; the devices it returns, and that the slice publishes, are the present healthy ones of it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from gpuop_common.gpu.changes import (
     health_reason_key,
 )
 
-from gpuop_dra_driver.devices import DraDevice, build_devices, unhealthy_ids
+from gpuop_dra_driver.devices import DraDevice
+from gpuop_dra_driver.health import DeviceHealthState, device_health, healthy_devices, known_gpus
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +38,9 @@ class Inventory:
         self._scanned_at = 0.0
         self._lock = threading.Lock()
         self._gpus: list[GpuDevice] = []
+        self._known: list[GpuDevice] = []  # _gpus and what vanished but is still reported
         self._devices: dict[str, DraDevice] = {}
+        self._health: list[DeviceHealthState] = []
         self._reasons: ReasonKey | None = None
         self._rescan = True
 
@@ -46,7 +52,12 @@ class Inventory:
         with self._lock:
             return dict(self._devices)
 
-    def _health(self) -> tuple[list[GpuHealth], set[str]]:
+    def health(self) -> list[DeviceHealthState]:
+        """Every known device's health, as of the last refresh, sorted by device name."""
+        with self._lock:
+            return list(self._health)
+
+    def _read_health(self) -> tuple[list[GpuHealth], set[str]]:
         return health_all(self.backends)
 
     def _enumerate(self) -> list[GpuDevice]:
@@ -55,7 +66,7 @@ class Inventory:
     def refresh(self) -> list[DraDevice]:
         """Re-read health (and the GPUs when needed); the healthy devices, sorted by name."""
         with self._lock:
-            reports, failed = self._health()
+            reports, failed = self._read_health()
             reasons = health_reason_key(reports)
             due = time.monotonic() - self._scanned_at >= self.rescan_interval
             if self._rescan or due or reasons != self._reasons:
@@ -67,13 +78,14 @@ class Inventory:
                     log.info("partition mode changed; re-reading health baseline", extra={"gpus": changed})
                     for backend in self.backends:
                         backend.reset_health()
-                    reports, failed = self._health()
+                    reports, failed = self._read_health()
                     reasons = health_reason_key(reports)
                 self._gpus = gpus
             self._reasons = reasons
-            # A vendor whose health cannot be read publishes nothing: its devices are unknown.
-            gpus = [g for g in self._gpus if str(g.vendor) not in failed]
-            devices = build_devices(gpus, unhealthy_ids(reports))
+            self._known = known_gpus(self._known, self._gpus, reports, failed)
+            # A vendor whose health cannot be read publishes nothing: its devices are Unknown.
+            self._health = device_health(self._known, reports, failed)
+            devices = healthy_devices(self._gpus, self._health)
             self._devices = {d.name: d for d in devices}
             return devices
 
