@@ -15,6 +15,7 @@ from gpuop_common.shutdown import Stopping
 from gpuop_dra_driver import DRIVER_NAME
 from gpuop_dra_driver.checkpoint import Checkpoint
 from gpuop_dra_driver.driver import DraDriver, api_claim_reader
+from gpuop_dra_driver.healthfeed import HealthFeed, health_timeout_s
 from gpuop_dra_driver.inventory import Inventory
 from gpuop_dra_driver.publisher import SlicePublisher
 from gpuop_dra_driver.server import PluginSockets
@@ -127,10 +128,11 @@ def run_driver(
             read_claim=api_claim_reader(kube),
             devices=inventory.devices,
         )
-        sockets = PluginSockets(driver, plugins, kubelet_emulator.plugins_registry)
-        service = DriverService(
-            inventory, sockets, SlicePublisher(kube, NODE, DRIVER_NAME) if publish else None, interval=0.1
-        )
+        interval = 0.1
+        health = HealthFeed(health_timeout_s(interval))
+        sockets = PluginSockets(driver, plugins, kubelet_emulator.plugins_registry, health)
+        publisher = SlicePublisher(kube, NODE, DRIVER_NAME) if publish else None
+        service = DriverService(inventory, sockets, publisher, interval=interval)
         service.tick()  # the first inventory before the sockets come up, as main() does
         stopping = Stopping()
         thread = service.start_in_thread(stopping)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from gpuop_common.gpu.cdi import validate_spec
-from gpuop_common.kubelet import dial_unix, dra
+from gpuop_common.kubelet import dial_unix, dra, drahealth
 from gpuop_common.kubelet import pluginregistration as reg
 from gpuop_dra_driver import DRIVER_NAME
 from gpuop_dra_driver.cdi import CDI_KIND, spec_path
@@ -69,13 +69,15 @@ def test_registration_handshake(
 ) -> None:
     handle = run_driver(gpu_node_root("amd-single"), publish=False)
     registered(kubelet_emulator)
+    # The watcher records the plugin, then sends NotifyRegistrationStatus, both after the DRA
+    # handler took it (what registered() waits for): wait for the notification, do not race it.
+    kubelet_emulator.wait_for(lambda: handle.sockets.registered, timeout=15)
     (plugin,) = [p for p in kubelet_emulator.registered_plugins() if p.type == reg.DRA_PLUGIN]
     assert plugin.name == DRIVER_NAME
-    assert list(plugin.supported_versions) == [dra.SERVICE_V1, dra.SERVICE_V1BETA1]
+    assert list(plugin.supported_versions) == [dra.SERVICE_V1, dra.SERVICE_V1BETA1, drahealth.SERVICE]
     assert Path(plugin.endpoint) == handle.sockets.service_socket
     assert plugin.socket == handle.sockets.registration_socket
     assert handle.sockets.registration_socket.name == f"{DRIVER_NAME}-reg.sock"
-    assert handle.sockets.registered  # the kubelet's NotifyRegistrationStatus arrived
 
 
 def test_prepare_and_unprepare_a_whole_amd_gpu(

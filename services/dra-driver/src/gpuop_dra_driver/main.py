@@ -1,8 +1,9 @@
 """gpuop-dra-driver: the `gpu.gpuop.dev` DRA kubelet plugin and ResourceSlice publisher for one node.
 
 Thin wiring: settings -> GPU backends (gpuop_common.gpu) -> inventory -> driver (prepare/unprepare,
-checkpoint, CDI) -> sockets (registration + DRAPlugin) and the slice publisher; SIGTERM removes our
-sockets (the slices stay: the kubelet drops them if no instance comes back within 30 s).
+checkpoint, CDI) -> sockets (registration, DRAPlugin, the health stream) and the slice publisher;
+SIGTERM removes our sockets (the slices stay: the kubelet drops them if no instance comes back
+within 30 s).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import Field
 from gpuop_dra_driver import DRIVER_NAME
 from gpuop_dra_driver.checkpoint import Checkpoint
 from gpuop_dra_driver.driver import DraDriver, api_claim_reader
+from gpuop_dra_driver.healthfeed import HealthFeed, health_timeout_s
 from gpuop_dra_driver.inventory import Inventory
 from gpuop_dra_driver.publisher import SlicePublisher
 from gpuop_dra_driver.server import PluginSockets
@@ -81,7 +83,7 @@ def serve(ctx: ServiceContext[DraDriverSettings]) -> int:
         read_claim=api_claim_reader(api),
         devices=inventory.devices,
     )
-    sockets = PluginSockets(driver, s.plugins_dir, s.registry_dir)
+    sockets = PluginSockets(driver, s.plugins_dir, s.registry_dir, HealthFeed(health_timeout_s(s.interval)))
     service = DriverService(
         inventory,
         sockets,

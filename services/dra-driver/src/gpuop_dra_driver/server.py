@@ -1,4 +1,5 @@
-"""The gRPC edge: plugin registration and DRAPlugin (v1 and v1beta1) on unix sockets.
+"""The gRPC edge: plugin registration, DRAPlugin (v1 and v1beta1) and the optional
+DRAResourceHealth stream (v1alpha1) on unix sockets.
 
 Serve first, register second: the service socket `<plugins dir>/<driver>/dra.sock` is up before the
 registration socket `<registry dir>/<driver>-reg.sock` appears, so the kubelet's first call finds
@@ -10,19 +11,32 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
 import grpc
-from gpuop_common.kubelet import UnixServer, dra, serve_unix
+from gpuop_common.kubelet import UnixServer, dra, drahealth, serve_unix
 from gpuop_common.kubelet import pluginregistration as reg
 
 from gpuop_dra_driver.driver import ClaimRef, DraDriver, PrepareAnswer
+from gpuop_dra_driver.health import Health
+from gpuop_dra_driver.healthfeed import HealthFeed, HealthReport
 
 log = logging.getLogger(__name__)
 
-SERVED_VERSIONS = (dra.SERVICE_V1, dra.SERVICE_V1BETA1)  # our preference order
+# Our DRAPlugin versions in preference order, then the optional health stream. The kubelet uses the
+# first DRAPlugin name it knows, so the health service's name after them never stands in their way.
+SERVED_VERSIONS = (dra.SERVICE_V1, dra.SERVICE_V1BETA1, drahealth.SERVICE)
+# Every open stream holds one of the service socket's worker threads; the kubelet keeps one per
+# registered instance. A cap keeps stray clients from starving NodePrepareResources.
+MAX_HEALTH_STREAMS = 4
+SERVICE_WORKERS = 8
+_HEALTH_VALUES = {
+    Health.HEALTHY: drahealth.HEALTHY,
+    Health.UNHEALTHY: drahealth.UNHEALTHY,
+    Health.UNKNOWN: drahealth.UNKNOWN,
+}
 
 
 class RegistrationService(reg.RegistrationServicer):
@@ -126,14 +140,67 @@ class DraV1beta1Service(dra.DRAPluginServicer):
         )
 
 
+def health_response(report: HealthReport, pool: str, timeout_s: int) -> drahealth.NodeWatchResourcesResponse:
+    return drahealth.NodeWatchResourcesResponse(
+        devices=[
+            drahealth.DeviceHealth(
+                device=drahealth.DeviceIdentifier(pool_name=pool, device_name=d.state.device),
+                health=_HEALTH_VALUES[d.state.health],
+                last_updated_time=d.since,
+                health_check_timeout_seconds=timeout_s,
+                message=d.state.message[: drahealth.MAX_MESSAGE_CHARS],
+            )
+            for d in report.devices
+        ]
+    )
+
+
+class DraHealthService(drahealth.DRAResourceHealthServicer):
+    """NodeWatchResources: the feed's reports, for as long as the client stays and we serve."""
+
+    def __init__(self, feed: HealthFeed, pool: str) -> None:
+        self.feed = feed
+        self.pool = pool
+        self._lock = threading.Lock()
+        self._streams = 0
+
+    @property
+    def open_streams(self) -> int:
+        with self._lock:
+            return self._streams
+
+    def NodeWatchResources(  # noqa: N802
+        self, request: drahealth.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[drahealth.NodeWatchResourcesResponse]:
+        with self._lock:
+            if self._streams >= MAX_HEALTH_STREAMS:
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{MAX_HEALTH_STREAMS} health streams are open already",
+                )
+            self._streams += 1
+        # Runs when the RPC ends for any reason: the client left, or the server is stopping.
+        context.add_callback(self.feed.wake)
+        log.info("health stream opened", extra={"peer": context.peer()})
+        try:
+            for report in self.feed.watch(context.is_active):
+                yield health_response(report, self.pool, self.feed.timeout_s)
+        finally:
+            with self._lock:
+                self._streams -= 1
+            log.info("health stream closed", extra={"peer": context.peer()})
+
+
 class PluginSockets:
     """Both sockets of one driver instance; `start()`, `check()` each pass, `stop()` removes them."""
 
-    def __init__(self, driver: DraDriver, plugins_dir: Path, registry_dir: Path) -> None:
+    def __init__(self, driver: DraDriver, plugins_dir: Path, registry_dir: Path, health: HealthFeed) -> None:
         self.driver = driver
+        self.health = health
         self.service_socket = plugins_dir / driver.driver / "dra.sock"
         self.registration_socket = registry_dir / f"{driver.driver}-reg.sock"
         self.registration = RegistrationService(driver.driver, self.service_socket)
+        self.health_service = DraHealthService(health, driver.node)
         self._service: UnixServer | None = None
         self._registrar: UnixServer | None = None
 
@@ -144,7 +211,9 @@ class PluginSockets:
             [
                 lambda s: dra.v1_grpc.add_DRAPluginServicer_to_server(DraV1Service(self.driver), s),
                 lambda s: dra.add_DRAPluginServicer_to_server(DraV1beta1Service(self.driver), s),
+                lambda s: drahealth.add_DRAResourceHealthServicer_to_server(self.health_service, s),
             ],
+            max_workers=SERVICE_WORKERS,
             thread_name_prefix="dra",
         )
         self._serve_registration()

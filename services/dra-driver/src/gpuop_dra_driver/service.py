@@ -1,8 +1,9 @@
-"""Keeps the pieces in step: sockets served, devices read, ResourceSlices current.
+"""Keeps the pieces in step: sockets served, devices read, health streamed, ResourceSlices current.
 
-Each pass re-reads health (cheap), re-enumerates when health changed, and publishes when the
-device set differs from the last successful publish, or every `resync` seconds so a slice
-deleted behind our back (the kubelet does so 30 s after losing us) comes back.
+Each pass re-reads health (cheap), re-enumerates when health changed, hands every device's health
+to the kubelet's health streams, and publishes when the device set differs from the last
+successful publish, or every `resync` seconds so a slice deleted behind our back (the kubelet
+does so 30 s after losing us) comes back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from gpuop_dra_driver.devices import DraDevice
+from gpuop_dra_driver.health import Health
 from gpuop_dra_driver.inventory import Inventory
 from gpuop_dra_driver.publisher import SlicePublisher
 from gpuop_dra_driver.server import PluginSockets
@@ -52,6 +54,10 @@ class DriverService:
     def tick(self) -> None:
         self.sockets.check()
         devices = self.inventory.refresh()
+        health = self.inventory.health()
+        if self.sockets.health.update(health):
+            bad = {s.device: s.message for s in health if s.health is not Health.HEALTHY}
+            log.info("device health changed", extra={"devices": len(health), "not_healthy": bad})
         if self.publisher is None:
             return
         due = time.monotonic() - self._published_at >= self.resync
