@@ -6,7 +6,15 @@ import json
 
 import yaml
 from gpuop_common.config import DeviceConfigSpec, MetricsExporterConfig
-from gpuop_operator.projection import DEFAULT_KEY, NODES_KEY, config_map_name, data_key, plan_config_map
+from gpuop_operator.projection import (
+    DEFAULT_KEY,
+    NODES_KEY,
+    config_map_name,
+    data_key,
+    plan_config_map,
+    plan_config_maps,
+    render_section,
+)
 
 
 def test_config_map_name_matches_the_chart_library() -> None:
@@ -66,3 +74,32 @@ def test_the_node_map_names_each_held_node_s_key_and_goes_when_no_node_is_held()
     released = plan_config_map("test-runner", current, valid, ["ops/amd", "ops/nvidia"], {})
     assert released == {NODES_KEY: None}
     assert plan_config_map("test-runner", {}, valid, ["ops/amd", "ops/nvidia"], {}).get(NODES_KEY, "-") == "-"
+
+
+def test_every_service_planned_at_once_is_each_planned_alone() -> None:
+    amd = DeviceConfigSpec.model_validate({"vendor": "amd", "metricsExporter": {"port": 5001}})
+    nvidia = DeviceConfigSpec.model_validate({"vendor": "nvidia", "devicePlugin": {"enable": False}})
+    valid = {"ops/amd": amd, "ops/nvidia": nvidia}
+    existing = ["ops/amd", "ops/nvidia", "ops/bad"]
+    holders = {f"node-{i}": ("ops/amd" if i % 2 else "ops/nvidia") for i in range(50)}
+    currents = {
+        "metrics-exporter": {DEFAULT_KEY: "{}\n", "ops.gone.yaml": "x: 1\n"},
+        "device-plugin": {},
+        "node-labeller": {NODES_KEY: "{}\n"},
+    }
+    planned = plan_config_maps(currents, valid, existing, holders)
+    assert planned == {
+        service: plan_config_map(service, data, valid, existing, holders)
+        for service, data in currents.items()
+    }
+    assert planned["metrics-exporter"]["ops.gone.yaml"] is None  # cleanup still planned
+    assert json.loads(planned["device-plugin"][NODES_KEY] or "")["node-1"] == "ops.amd.yaml"
+
+
+def test_a_section_renders_the_same_yaml_however_often() -> None:
+    spec = DeviceConfigSpec.model_validate({"metricsExporter": {"port": 5001}})
+    direct = yaml.safe_dump(spec.section("metrics-exporter").to_wire(), sort_keys=True)
+    assert render_section(spec, "metrics-exporter") == direct
+    assert render_section(spec, "metrics-exporter") == direct  # from the cache
+    other = DeviceConfigSpec.model_validate({"metricsExporter": {"port": 5002}})
+    assert "5002" in render_section(other, "metrics-exporter")

@@ -735,10 +735,14 @@ def plan_release(nodes: Sequence[NodeInfo], why: str) -> RemediationPlan:
         allocatable_expected=False,
     )
     for node in sorted(nodes, key=lambda n: n.name):
-        marked = STATE_LABEL in node.labels or any(k in node.annotations for k in (*RUN_ANNOTATIONS, FAILURE))
-        if marked:
+        if marked_by_remediation(node):
             planner._release(node, "RemediationStopped", f"{why}: taint and cordon of the remediation lifted")
     return planner.plan
+
+
+def marked_by_remediation(node: NodeInfo) -> bool:
+    """A run left its state label or run annotations on the node (what plan_release gives back)."""
+    return STATE_LABEL in node.labels or any(k in node.annotations for k in (*RUN_ANNOTATIONS, FAILURE))
 
 
 def plan_remediation(

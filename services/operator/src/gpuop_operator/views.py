@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from gpuop_operator.model import LABEL_PREFIX, NodeCondition, NodeInfo, PodInfo
 
 JsonObj = dict[str, Any]
+V = TypeVar("V")
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 
@@ -147,3 +149,29 @@ def pod_info(obj: JsonObj) -> PodInfo | None:
 
 def service_of(obj: JsonObj) -> str:
     return str(((obj.get("metadata") or {}).get("labels") or {}).get(NAME_LABEL, ""))
+
+
+class ViewMemo(Generic[V]):
+    """Views of cached objects, each made once per object the cache holds.
+
+    A pass converts every cached Node and pod into its view, though between two passes only a few
+    objects change: at 200 nodes in a rolling upgrade that was a fifth of each pass. A watch cache
+    replaces an object when it changes and never edits one in place, so the same object (by
+    identity) has the same view. Called from the reconcile thread only; each call keeps just the
+    objects it was given (holding them, so their ids are not reused), so departed ones go.
+    """
+
+    def __init__(self, make: Callable[[JsonObj], V]) -> None:
+        self._make = make
+        self._seen: dict[int, tuple[JsonObj, V]] = {}
+
+    def __call__(self, objects: Iterable[JsonObj]) -> list[V]:
+        seen: dict[int, tuple[JsonObj, V]] = {}
+        made: list[V] = []
+        for obj in objects:
+            hit = self._seen.get(id(obj))
+            view = hit[1] if hit is not None and hit[0] is obj else self._make(obj)
+            seen[id(obj)] = (obj, view)
+            made.append(view)
+        self._seen = seen
+        return made
