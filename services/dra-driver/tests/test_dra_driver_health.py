@@ -38,6 +38,7 @@ from gpuop_sim import hostfakes
 from gpuop_sim.kubelet import DraDeviceHealth, KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo
 from gpuop_sim.nodes.faults import break_gpu
+from gpuop_sim.waiting import wait_until
 
 NODE = "gpu-node-1"  # conftest's node
 MakeRoot = Callable[..., NodeRootInfo]
@@ -208,14 +209,6 @@ def test_a_watch_sends_at_once_on_change_and_resends_only_after_a_pass() -> None
 
 
 # --- through the kubelet emulator -------------------------------------------------------------------
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"condition not met within {timeout:g}s")
-        time.sleep(0.05)
 
 
 def stream_health(kubelet: KubeletEmulator) -> dict[str, DraDeviceHealth]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from gpuop_dra_driver.cdi import CDI_KIND, spec_path
 from gpuop_sim.kubelet import DraClaim, KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo
 from gpuop_sim.nodes.faults import vanish_gpu
+from gpuop_sim.waiting import wait_until
 
 NODE = "gpu-node-1"  # conftest's node
 MakeRoot = Callable[..., NodeRootInfo]
@@ -30,15 +30,6 @@ def result(
 ) -> dict[str, str]:
     """One `status.allocation.devices.results` entry."""
     return {"request": request, "driver": driver, "pool": pool, "device": device}
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Poll a condition the kubelet emulator is not notified of (the driver's own state)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"condition not met within {timeout:g}s")
-        time.sleep(0.05)
 
 
 def gpu_names(handle: Handle) -> list[str]:

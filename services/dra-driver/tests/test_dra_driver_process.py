@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,17 +14,10 @@ from gpuop_common.kubejson import NODES, RESOURCECLAIMS, RESOURCESLICES, KubeJso
 from gpuop_dra_driver import DRIVER_NAME
 from gpuop_sim.kubelet import DraClaim, KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo
+from gpuop_sim.waiting import wait_until
 
 MakeRoot = Callable[..., NodeRootInfo]
 NODE = "proc-node"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"condition not met within {timeout:g}s")
-        time.sleep(0.1)
 
 
 def test_the_process_publishes_prepares_and_cleans_up_on_sigterm(
@@ -60,7 +52,7 @@ def test_the_process_publishes_prepares_and_cleans_up_on_sigterm(
         def slices() -> list[dict[str, Any]]:
             return api.list(RESOURCESLICES, fieldSelector=f"spec.nodeName={NODE}")[0]
 
-        wait_until(lambda: bool(slices()))
+        wait_until(lambda: bool(slices()), timeout=60)
         (published,) = slices()
         devices = sorted(d["name"] for d in published["spec"]["devices"])
         assert len(devices) == 63

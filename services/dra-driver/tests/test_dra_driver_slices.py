@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ from gpuop_dra_driver.publisher import SlicePublisher
 from gpuop_dra_driver.slices import MAX_DEVICES_PER_SLICE
 from gpuop_sim.nodes import NodeRootInfo, amd_driver
 from gpuop_sim.nodes.faults import vanish_gpu
+from gpuop_sim.waiting import wait_until
 
 NODE = "gpu-node-1"  # conftest's node
 MakeRoot = Callable[..., NodeRootInfo]
@@ -29,14 +29,6 @@ def devices_of(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {d["name"]: d for s in slices for d in s["spec"]["devices"]}
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"condition not met within {timeout:g}s")
-        time.sleep(0.1)
-
-
 def attr(device: dict[str, Any], name: str) -> Any:
     (value,) = device["attributes"][name].values()
     return value
@@ -47,7 +39,7 @@ def test_the_cpx_capture_is_published_device_for_device(
 ) -> None:
     info = gpu_node_root("amd-mi300x-cpx")
     run_driver(info)
-    wait_until(lambda: bool(own(kube)))
+    wait_until(lambda: bool(own(kube)), timeout=60)
     (slice_,) = own(kube)
     spec = slice_["spec"]
     assert spec["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
@@ -77,7 +69,7 @@ def test_nvidia_mig_devices_are_published(
 ) -> None:
     info = gpu_node_root("nvidia-h100x8-mig")
     handle = run_driver(info)
-    wait_until(lambda: bool(own(kube)))
+    wait_until(lambda: bool(own(kube)), timeout=60)
     devices = devices_of(own(kube))
     assert set(devices) == set(handle.service.inventory.devices())
     migs = [d for d in devices.values() if attr(d, "type") == "partition"]
@@ -93,7 +85,7 @@ def test_a_partition_change_re_publishes_with_a_new_generation(
 ) -> None:
     info = gpu_node_root("amd-mi300x-cpx")
     run_driver(info, rescan_interval=0.5)
-    wait_until(lambda: bool(own(kube)))
+    wait_until(lambda: bool(own(kube)), timeout=60)
     # What the config manager does for a compute-only change (no driver reload), through the
     # simulated amdgpu driver (see the device plugin's test): GPU 0 becomes 4 QPX partitions; the
     # rebuilt topology gives the capture's last GPU its eighth partition: 7 x 8 CPX + 4 QPX.
@@ -106,7 +98,7 @@ def test_a_partition_change_re_publishes_with_a_new_generation(
         )
 
     # The driver may publish a state in between (the KFD nodes are re-laid one by one); wait for the end.
-    wait_until(lambda: len(profiles()) == 60 and profiles().count((gpu0, "qpx_nps4")) == 4)
+    wait_until(lambda: len(profiles()) == 60 and profiles().count((gpu0, "qpx_nps4")) == 4, timeout=60)
     assert own(kube)[0]["spec"]["pool"]["generation"] >= 2
     devices = devices_of(own(kube))
     qpx = [d for d in devices.values() if attr(d, "pciAddress") == gpu0]
@@ -120,11 +112,11 @@ def test_an_unhealthy_gpu_leaves_the_slice(
 ) -> None:
     info = gpu_node_root("amd-mi210x8")
     handle = run_driver(info)
-    wait_until(lambda: bool(own(kube)))
+    wait_until(lambda: bool(own(kube)), timeout=60)
     assert len(devices_of(own(kube))) == 8
     vanish_gpu(info.root, info.pci_addresses[5])
     handle.service.wake()
-    wait_until(lambda: len(devices_of(own(kube))) == 7)
+    wait_until(lambda: len(devices_of(own(kube))) == 7, timeout=60)
     assert own(kube)[0]["spec"]["pool"]["generation"] >= 2
     devices = devices_of(own(kube))
     assert info.pci_addresses[5] not in {attr(d, "pciAddress") for d in devices.values()}
