@@ -81,3 +81,44 @@ def test_real_helm_and_kubectl_are_installed(tool: str, version: str) -> None:
     args = ["version", "--short"] if tool == "helm" else ["version", "--client"]
     out = subprocess.run([find_binary(tool), *args], capture_output=True, text=True, check=True).stdout
     assert version in out
+
+
+# Where product code might read the developers' shared/ folder, which users never have (issue 27).
+SHARED_READERS = re.compile(r"shared_dir|GPUOP_SHARED_DIR|\.\./shared\b|[\"'/]shared/")
+PRODUCT_SOURCES = ("libs/common/src", "libs/sim/src", "services", "bench", "charts", "Makefile")
+
+
+def test_nothing_the_product_the_simulator_the_demo_or_bench_runs_reads_shared() -> None:
+    listed = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(ROOT),
+            "ls-files",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+            "--",
+            *PRODUCT_SOURCES,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    sources = [
+        rel
+        for rel in listed
+        if rel.endswith((".py", ".yml", ".yaml", ".tpl", ".json", "Makefile", "Dockerfile"))
+        and "/tests/" not in f"/{rel}"
+        and (ROOT / rel).is_file()
+    ]
+    assert len(sources) > 100, sources  # the listing itself worked
+    readers = [
+        f"{rel}:{number}: {line.strip()}"
+        for rel in sources
+        for number, line in enumerate((ROOT / rel).read_text(errors="replace").splitlines(), 1)
+        if SHARED_READERS.search(line)
+    ]
+    assert readers == [], "ship the data in the package instead (tools/vendor_openapi.py):\n" + "\n".join(
+        readers
+    )

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 from gpuop_sim.apiserver import SimApiServer
-from gpuop_sim.binaries import find_binary, shared_dir
+from gpuop_sim.binaries import find_binary
 from kubernetes import client, watch
+
+from tools.shared_fixtures import shared_dir
 
 # The shared/ folder sits beside the checkout (and beside CI's clone): a missing one is a
 # setup error to fix, not a reason to skip.

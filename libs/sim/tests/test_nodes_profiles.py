@@ -7,11 +7,12 @@ import json
 import pytest
 from gpuop_common.gpu.amd_topology import read_topology
 from gpuop_common.gpu.models import Vendor
-from gpuop_sim.binaries import shared_dir
 from gpuop_sim.nodes import PROFILES, UnknownProfileError, build_node_root
 from gpuop_sim.nodes.__main__ import main as nodes_main
 from gpuop_sim.nodes.captures import CAPTURE_NAMES, capture_files
 from gpuop_sim.nodes.nvml_state import load_state
+
+from tools.shared_fixtures import shared_dir
 
 # The shared/ folder sits beside the checkout (and beside CI's clone): a missing one is a
 # setup error to fix, not a reason to skip.

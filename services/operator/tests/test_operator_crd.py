@@ -11,9 +11,10 @@ import yaml
 from gpuop_common.config import DeviceConfigSpec, structural_problems
 from gpuop_operator import crdgen
 from gpuop_operator.crd import CRD_NAME, device_config_crd
-from gpuop_sim.binaries import shared_dir
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tools.shared_fixtures import shared_dir
 
 REPO = Path(__file__).resolve().parents[3]
 CHART_CRD = REPO / "charts" / "crds" / "crds" / f"{CRD_NAME}.yaml"

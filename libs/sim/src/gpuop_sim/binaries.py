@@ -30,13 +30,3 @@ def find_binary(name: str) -> Path:
     if not (candidate.is_file() and os.access(candidate, os.X_OK)):
         raise MissingBinaryError(f"{candidate} not found: run `make install` to extract {name}")
     return candidate
-
-
-def shared_dir() -> Path:
-    """The project's `shared/` folder (design docs, golden transcripts, hardware captures).
-
-    It sits beside the repository checkout, both for developers and in CI's fresh clone;
-    GPUOP_SHARED_DIR overrides it.
-    """
-    override = os.environ.get("GPUOP_SHARED_DIR")
-    return Path(override) if override else repo_root().parent / "shared"

@@ -43,6 +43,7 @@ from gpuop_sim import helm
 from gpuop_sim.binaries import MissingBinaryError, find_binary, repo_root
 from gpuop_sim.cli import add_cluster_arguments, cluster_from_args, stop_event_on_signals
 from gpuop_sim.cluster import PROFILE_LABEL, SimCluster, SimNode
+from gpuop_sim.apiserver import openapi
 from gpuop_sim.nodes import faults
 from gpuop_sim.workloads.kubeapi import NODES, PODS
 from gpuop_sim.workloads.objects import (
@@ -497,6 +498,14 @@ def install_operator_chart(
     """The real `helm install` (release gpuop); False (with the reason printed) when it could not."""
     if not (chart / "Chart.yaml").is_file():
         console.print(f"No operator chart at {chart}: showing the bare simulated cluster.")
+        return False
+    unavailable = openapi.load_error()
+    if unavailable is not None:
+        # helm validates every manifest against /openapi/v3 and would only say "unable to respond
+        # with a content type"; name the real cause instead.
+        console.print(
+            f"Cannot install {chart}: the simulated API server has no OpenAPI documents, {unavailable}"
+        )
         return False
     console.print(f"Installing {chart.name} with helm install (release {RELEASE}) ...")
     try:

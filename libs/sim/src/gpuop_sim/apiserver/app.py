@@ -16,7 +16,7 @@ from gpuop_sim.apiserver.decode import decode_body, field_validation
 from gpuop_sim.apiserver.errors import ApiError, cause
 from gpuop_sim.apiserver.faults import Faults, RequestRecord, RequestStats, reason_for
 from gpuop_sim.apiserver.logstream import serve_pod_log
-from gpuop_sim.apiserver.openapi import OpenApi
+from gpuop_sim.apiserver.openapi import OpenApi, load_error
 from gpuop_sim.apiserver.podlog import PodLogSource
 from gpuop_sim.apiserver.resources import ResourceType
 from gpuop_sim.apiserver.store import dumps
@@ -133,6 +133,9 @@ class Router:
         return await self._dispatch(request, target, query)
 
     def _openapi(self, path: str, accept: str) -> web.Response:
+        unavailable = load_error()
+        if unavailable is not None:
+            raise ApiError(503, "ServiceUnavailable", unavailable, {})
         if path == "/openapi/v3":
             # The real server labels the JSON index text/plain (recorded); clients parse it anyway.
             return json_response(200, self.openapi.index(), "text/plain; charset=utf-8")

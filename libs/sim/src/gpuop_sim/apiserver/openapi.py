@@ -1,11 +1,15 @@
 """OpenAPI discovery: `/openapi/v3` (index + one document per group-version) and `/openapi/v2`.
 
 kubectl (`apply` validation, `explain`) and helm (`install` validation) read these. Built-in
-documents are the real kube-apiserver 1.36's own, recorded in the shared fixtures
-(`kube-apiserver-1.36/openapi/`): loaded, never retyped. A CRD's document is built the way the
+documents are the real kube-apiserver 1.36's own, recorded from a real server and shipped inside
+this package (`data/kube-apiserver-1.36-openapi.tar.xz`, made by `tools/vendor_openapi.py`): loaded,
+never retyped, and there in a clone or an installed wheel alike. A CRD's document is built the way the
 real server publishes it, from the recorded DeviceConfig example: its paths and list schema
 re-labelled for the CRD's group, version and names, the version's structural schema with
 `metadata` pointing at ObjectMeta, and `x-kubernetes-group-version-kind`.
+
+When the archive can't be read (a broken install), every /openapi request answers 503 naming the
+cause, logged once, and `load_error()` tells the demo why helm and kubectl validation will fail.
 
 The index and every document carry a content hash (`?hash=`), as the real server's do, so a
 client's cache notices a CRD change. `/openapi/v2` is served as JSON (the built-in document plus
@@ -16,46 +20,97 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
+import logging
+import lzma
 import re
+import tarfile
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from gpuop_sim.apiserver.resources import ResourceRegistry, ResourceType
-from gpuop_sim.binaries import shared_dir
 
+log = logging.getLogger(__name__)
 JsonObj = dict[str, Any]
 # The recorded CRD document's names, replaced by each CRD's own.
 _EXAMPLE = {"group": "gpuop.dev", "version": "v1alpha1", "plural": "deviceconfigs", "kind": "DeviceConfig"}
-_EXAMPLE_FILE = "crd-example_apis_gpuop.dev_v1alpha1.json"
+EXAMPLE_FILE = "crd-example_apis_gpuop.dev_v1alpha1.json"
+ARCHIVE = "kube-apiserver-1.36-openapi.tar.xz"
 
 
-def openapi_dir() -> Path:
-    return shared_dir() / "fixtures" / "kube-apiserver-1.36" / "openapi"
+class OpenApiUnavailableError(RuntimeError):
+    """The recorded OpenAPI documents could not be loaded from the package."""
+
+
+def archive_path() -> Path:
+    """The packaged archive: a plain file beside this module, in a clone and an installed wheel alike."""
+    return Path(__file__).with_name("data") / ARCHIVE
+
+
+def read_archive(packed: bytes) -> dict[str, bytes]:
+    """Member name (`v2.json`, `v3/api_v1.json`) -> bytes."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(packed), mode="r:xz") as tar:
+            out: dict[str, bytes] = {}
+            for member in tar.getmembers():
+                extracted = tar.extractfile(member) if member.isfile() else None
+                if extracted is not None:
+                    out[member.name] = extracted.read()
+            return out
+    except (tarfile.TarError, lzma.LZMAError, EOFError) as error:
+        raise OpenApiUnavailableError(f"not a readable tar.xz archive ({error})") from error
+
+
+@cache
+def _recorded() -> dict[str, bytes]:
+    path = archive_path()
+    try:
+        members = read_archive(path.read_bytes())
+    except (OSError, OpenApiUnavailableError) as error:
+        detail = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise OpenApiUnavailableError(
+            f"the recorded OpenAPI documents can't be loaded from {path}: {detail}; "
+            "reinstall gpuop-sim (`make install` in a clone)"
+        ) from error
+    missing = [name for name in ("v2.json", f"v3/{EXAMPLE_FILE}", "v3/api_v1.json") if name not in members]
+    if missing:
+        lacks = ", ".join(missing)
+        raise OpenApiUnavailableError(f"{path} lacks {lacks}: rebuild it with tools/vendor_openapi.py")
+    return members
+
+
+@cache
+def load_error() -> str | None:
+    """Why the documents can't be served (logged here, once per process), or None when they can."""
+    try:
+        _recorded()
+    except OpenApiUnavailableError as error:
+        log.error("OpenAPI unavailable: %s; /openapi answers 503, so helm and kubectl validation fail", error)
+        return str(error)
+    return None
 
 
 @cache
 def _builtin_documents() -> dict[str, bytes]:
     """`api/v1`, `apis/apps/v1`, ... -> the recorded document bytes."""
     out: dict[str, bytes] = {}
-    for path in sorted((openapi_dir() / "v3").glob("*.json")):
-        if path.name in ("index.json", _EXAMPLE_FILE):
-            continue
-        parts = path.stem.split("_")
-        out["/".join(parts)] = path.read_bytes()
-    return out
+    for name, body in _recorded().items():
+        if name.startswith("v3/") and name != f"v3/{EXAMPLE_FILE}":
+            out["/".join(name.removeprefix("v3/").removesuffix(".json").split("_"))] = body
+    return dict(sorted(out.items()))
 
 
 @cache
 def _example() -> JsonObj:
-    loaded: JsonObj = json.loads((openapi_dir() / "v3" / _EXAMPLE_FILE).read_text())
+    loaded: JsonObj = json.loads(_recorded()[f"v3/{EXAMPLE_FILE}"])
     return loaded
 
 
 @cache
 def builtin_v2() -> JsonObj:
-    loaded: JsonObj = json.loads((openapi_dir() / "v2.json").read_text())
+    loaded: JsonObj = json.loads(_recorded()["v2.json"])
     return loaded
 
 
@@ -257,6 +312,8 @@ class OpenApi:
 # ---------------------------------------------------------------- unknown fields of built-in kinds
 @cache
 def _builtin_components(gv: str) -> JsonObj:
+    if load_error() is not None:
+        return {}  # no recorded schema: unknown fields of built-in kinds go unchecked (logged once)
     body = _builtin_documents().get(gv)
     if body is None:
         return {}
