@@ -40,10 +40,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuop_sim import helm
+from gpuop_sim.apiserver import openapi
 from gpuop_sim.binaries import MissingBinaryError, find_binary, repo_root
 from gpuop_sim.cli import add_cluster_arguments, cluster_from_args, stop_event_on_signals
 from gpuop_sim.cluster import PROFILE_LABEL, SimCluster, SimNode
-from gpuop_sim.apiserver import openapi
 from gpuop_sim.nodes import faults
 from gpuop_sim.workloads.kubeapi import NODES, PODS
 from gpuop_sim.workloads.objects import (
