@@ -1,5 +1,8 @@
 """Node metadata one gpuop service writes and another must read (names only, and how to parse them).
 
+The operator, the agents and `kubectl gpuop` (which only reads) all take these names from here, so a
+rename cannot leave the doctor reading a label nobody writes any more.
+
 The node labeller records the labels it owns in `LABELLER_OWNED_ANNOTATION` (comma-separated keys)
 so that its next pod, and the operator's uninstall cleanup, remove exactly what it wrote.
 """
@@ -8,7 +11,54 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+LABEL_PREFIX = "gpuop.dev/"
+DEPLOY_LABEL_PREFIX = f"{LABEL_PREFIX}deploy."
+# A deploy label set to `paused-for-<reason>` belongs to whoever paused it until they set it back.
+PAUSED_PREFIX = "paused-for-"
+
+# The operator's rollout (docs/operator.md): the owning DeviceConfig and the node's lifecycle stage.
+OWNER_ANNOTATION = "gpuop.dev/deviceconfig"  # "<namespace>/<name>" of the DeviceConfig owning the node
+STAGE_ANNOTATION = "gpuop.dev/stage"
+
+# The operator's driver lifecycle: installed version, the upgrade walk's state, why it failed.
+DRIVER_VERSION_LABEL = "gpuop.dev/driver.version"
+DRIVER_UPGRADE_STATE_LABEL = "gpuop.dev/driver-upgrade-state"
+DRIVER_FAILURE_ANNOTATION = "gpuop.dev/driver.failure"
+
+# Node remediation (docs/remediation.md).
+REMEDIATION_STATE_LABEL = "gpuop.dev/remediation-state"
+REMEDIATION_ANNOTATION_PREFIX = "gpuop.dev/remediation."
+REMEDIATION_FAILURE_ANNOTATION = REMEDIATION_ANNOTATION_PREFIX + "failure"
+REMEDIATION_REPAIR_ANNOTATION = REMEDIATION_ANNOTATION_PREFIX + "repair"  # reset, clear-wait, reboot
+REMEDIATION_TRIGGER_ANNOTATION = REMEDIATION_ANNOTATION_PREFIX + "trigger"
+
+# The node labeller: GPU health as a Node condition, and the GPUs it counted.
+GPU_HEALTHY_CONDITION = "GPUHealthy"
+GPU_COUNT_LABEL = "gpuop.dev/gpu.count"
+GPU_VENDOR_LABEL = "gpuop.dev/gpu.vendor"
+GPU_MODEL_LABEL = "gpuop.dev/gpu.model"
+GPU_PARTITION_COUNT_LABEL = "gpuop.dev/gpu.partition.count"
+AMD_PARTITION_LABEL = "amd.com/gpu.compute-memory-partition"
+
+# The config manager (docs/config-manager.md): the profile a node asks for, and how applying it went.
+CONFIG_PROFILE_LABEL = "gpuop.dev/gpu-config-profile"
+CONFIG_STATE_LABEL = "gpuop.dev/gpu-config-state"
+CONFIG_FAILURE_ANNOTATION = "gpuop.dev/gpu-config-failure-reason"
+
+# The test runner's Node API (docs/test-runner.md).
+TEST_REQUEST_ANNOTATION = "gpuop.dev/test-request"
+TEST_RESULT_LABEL = "gpuop.dev/gpu.test-result"
+
+# Node Feature Discovery's PCI presence labels: how a GPU node is found before any driver exists.
+AMD_PRESENT_LABEL = "feature.node.kubernetes.io/pci-1002.present"
+NVIDIA_PRESENT_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+
 LABELLER_OWNED_ANNOTATION = "gpuop.dev/node-labeller.owned-labels"
+
+
+def deploy_label(service: str) -> str:
+    """`gpuop.dev/deploy.<service>`: the label an operator-managed DaemonSet selects."""
+    return f"{DEPLOY_LABEL_PREFIX}{service}"
 
 
 def labeller_owned_keys(annotations: Mapping[str, str] | None) -> list[str]:

@@ -17,11 +17,12 @@ from enum import StrEnum
 
 from gpuop_common.config.config_manager import ConfigManagerConfig, PartitionProfile
 from gpuop_common.gpu.models import Vendor
+from gpuop_common.nodemeta import CONFIG_FAILURE_ANNOTATION, CONFIG_STATE_LABEL
 
-STATE_LABEL = "gpuop.dev/gpu-config-state"
+STATE_LABEL = CONFIG_STATE_LABEL
 NVIDIA_STATE_LABEL = "nvidia.com/mig.config.state"
 AMD_STATE_LABEL = "dcm.amd.com/gpu-config-profile-state"
-REASON_ANNOTATION = "gpuop.dev/gpu-config-failure-reason"
+REASON_ANNOTATION = CONFIG_FAILURE_ANNOTATION
 PROGRESS_ANNOTATION = "gpuop.dev/gpu-config-progress"
 RESULT_ANNOTATION = "gpuop.dev/gpu-config-result"
 DEPLOY_PREFIX = "gpuop.dev/deploy."

@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuop_common.gpu import GpuHealth
+from gpuop_common.nodemeta import GPU_HEALTHY_CONDITION
 
-CONDITION_TYPE = "GPUHealthy"
+CONDITION_TYPE = GPU_HEALTHY_CONDITION
 HEALTHY_REASON = "GPUsHealthy"
 UNREADABLE_REASON = "GPUHealthUnreadable"
 # metav1.Condition's reason rule (Node conditions have none; we keep to the stricter one).

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from gpuop_common.config.driver import DriverConfig
+from gpuop_common.nodemeta import DRIVER_FAILURE_ANNOTATION, DRIVER_VERSION_LABEL
 
 from gpuop_operator.drain import NodePod, plan_drain
 from gpuop_operator.driverjob import JobView, Operation
@@ -37,13 +38,13 @@ from gpuop_operator.model import (
 )
 from gpuop_operator.upgrade import STATE_LABEL, NodeView, UpgradeState, parse_state, plan_upgrades
 
-VERSION_LABEL = "gpuop.dev/driver.version"
+VERSION_LABEL = DRIVER_VERSION_LABEL
 SINCE = "gpuop.dev/driver-upgrade.since"  # epoch seconds the current step began
 STARTED = "gpuop.dev/driver-upgrade.started"  # epoch seconds the walk began (for its duration)
 ADMIN_CORDON = "gpuop.dev/driver-upgrade.admin-cordoned"
 PAUSED = "gpuop.dev/driver-upgrade.paused"  # operands this upgrade paused, comma-separated
 BOOT_ID = "gpuop.dev/driver-upgrade.boot-id"  # bootID before the reboot
-FAILURE = "gpuop.dev/driver.failure"  # why the last install/upgrade failed
+FAILURE = DRIVER_FAILURE_ANNOTATION  # why the last install/upgrade failed
 REPORTED = "gpuop.dev/driver.reported"  # uid of the failed Job whose Events were sent
 PAUSE_VALUE = f"{PAUSED_PREFIX}driver-upgrade"
 DEFAULT_VERSION = "default"  # label value when spec.driver.version is empty (the OS's default)

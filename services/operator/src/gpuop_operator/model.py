@@ -8,6 +8,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# Names on the node come from gpuop_common.nodemeta, which `kubectl gpuop` reads too; re-exported
+# here for the planning modules. A deploy label set to `paused-for-<reason>` belongs to whoever
+# paused it until they set it back: the operator neither restores it to "true" nor waits on it.
+from gpuop_common.nodemeta import AMD_PRESENT_LABEL as AMD_PRESENT
+from gpuop_common.nodemeta import (
+    LABEL_PREFIX,
+    OWNER_ANNOTATION,
+    PAUSED_PREFIX,
+    REMEDIATION_STATE_LABEL,
+    STAGE_ANNOTATION,
+    deploy_label,
+)
+from gpuop_common.nodemeta import NVIDIA_PRESENT_LABEL as NVIDIA_PRESENT
+
+# What the planning modules import from here besides the names defined below.
+__all__ = [
+    "LABEL_PREFIX",
+    "OWNER_ANNOTATION",
+    "PAUSED_PREFIX",
+    "REMEDIATION_STATE_LABEL",
+    "STAGE_ANNOTATION",
+    "deploy_label",
+]
+
 # Rollout order (architecture.md section 4): a node gets a stage's deploy labels only once every
 # operand of the previous stage is Ready on it. The DRA driver takes the device plugin's place.
 STAGES: tuple[tuple[str, ...], ...] = (
@@ -33,16 +57,7 @@ JOB_SERVICES: frozenset[str] = frozenset({"driver"})
 # Sections the operator runs itself that are no service of their own (no chart, no stage).
 OPERATOR_SECTIONS: frozenset[str] = frozenset({"remediation"})
 
-LABEL_PREFIX = "gpuop.dev/"
-# A deploy label set to `paused-for-<reason>` (config-manager: `paused-for-config-change`, driver
-# upgrade: `paused-for-driver-upgrade`) belongs to whoever paused it until they set it back: the
-# operator neither restores it to "true" nor waits on it, or it would undo the quiesce.
-PAUSED_PREFIX = "paused-for-"
-OWNER_ANNOTATION = "gpuop.dev/deviceconfig"  # "<namespace>/<name>" of the DeviceConfig owning the node
-STAGE_ANNOTATION = "gpuop.dev/stage"  # lifecycle stage, architecture.md section 5
 FINALIZER = "gpuop.dev/node-cleanup"
-AMD_PRESENT = "feature.node.kubernetes.io/pci-1002.present"
-NVIDIA_PRESENT = "feature.node.kubernetes.io/pci-10de.present"
 
 # Lifecycle stages a node can be in (the value of STAGE_ANNOTATION and of status.nodes).
 DISCOVERED = "discovered"
@@ -52,11 +67,6 @@ DRIVER_UPGRADING = "driver-upgrading"
 DRIVER_FAILED = "driver-failed"
 READY = "ready"
 REMOVING = "removing"
-
-
-def deploy_label(service: str) -> str:
-    """`gpuop.dev/deploy.<service>`: the label an operator-managed DaemonSet selects."""
-    return f"{LABEL_PREFIX}deploy.{service}"
 
 
 @dataclass(frozen=True)
@@ -136,8 +146,7 @@ class NodePatch:
         return body
 
 
-# Node remediation (docs/remediation.md): the state label and the approval a person sets.
-REMEDIATION_STATE_LABEL = "gpuop.dev/remediation-state"
+# Node remediation (docs/remediation.md): the approval a person sets (the state label is nodemeta's).
 REMEDIATION_APPROVED_LABEL = "gpuop.dev/remediation-approved"
 # States in which a node's remediation owns it: a driver upgrade does not start there.
 REMEDIATION_ACTIVE = frozenset({"tainted", "draining", "repairing", "validating"})

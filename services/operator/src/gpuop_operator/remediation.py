@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuop_common.config.remediation import RemediationConfig
+from gpuop_common.nodemeta import GPU_HEALTHY_CONDITION
 
 from gpuop_operator.drain import NodePod, plan_drain
 from gpuop_operator.driverflow import (
@@ -54,7 +55,7 @@ from gpuop_operator.views import CONDITION_MESSAGE_CHARS
 
 STATE_LABEL = REMEDIATION_STATE_LABEL
 APPROVED_LABEL = REMEDIATION_APPROVED_LABEL
-GPU_HEALTHY = "GPUHealthy"  # the node labeller's condition; False names the broken GPUs
+GPU_HEALTHY = GPU_HEALTHY_CONDITION  # the node labeller's condition; False names the broken GPUs
 _PREFIX = "gpuop.dev/remediation."
 SINCE = _PREFIX + "since"  # epoch seconds the current step began
 STARTED = _PREFIX + "started"  # epoch seconds the run was started (tainted): the run's id

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuop_common.config.driver import DriverUpgradePolicy
+from gpuop_common.nodemeta import DRIVER_UPGRADE_STATE_LABEL
 
-STATE_LABEL = "gpuop.dev/driver-upgrade-state"
+STATE_LABEL = DRIVER_UPGRADE_STATE_LABEL
 
 
 class UpgradeState(StrEnum):

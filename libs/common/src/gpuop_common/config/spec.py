@@ -6,6 +6,7 @@ the field at fault so `kubectl` users and log readers see where to look.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -64,6 +65,24 @@ class LabelSelector(ConfigModel):
     match_expressions: list[LabelSelectorRequirement] = Field(
         default_factory=list, max_length=64, description="Set-based requirements, all must hold."
     )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """True when every matchLabels entry and every matchExpressions requirement holds."""
+        if any(labels.get(key) != value for key, value in self.match_labels.items()):
+            return False
+        return all(_requirement_holds(req, labels) for req in self.match_expressions)
+
+
+def _requirement_holds(req: LabelSelectorRequirement, labels: Mapping[str, str]) -> bool:
+    present = req.key in labels
+    if req.operator == "Exists":
+        return present
+    if req.operator == "DoesNotExist":
+        return not present
+    if req.operator == "In":
+        return present and labels[req.key] in req.values
+    # NotIn matches nodes without the key too, as in Kubernetes.
+    return not present or labels[req.key] not in req.values
 
 
 def _snake(camel: str) -> str:
