@@ -41,7 +41,7 @@ install: $(UV) $(BIN)/helm $(BIN)/kubectl
 lint: install
 	$(RUN) ruff check libs services tools bench tests
 	$(RUN) ruff format --check libs services tools bench tests
-	$(RUN) mypy libs/common/src libs/sim/src $(wildcard services/*/src) tools bench
+	$(RUN) mypy $(wildcard libs/*/src) $(wildcard services/*/src) tools bench
 	$(RUN) lint-imports
 	$(RUN) ansible-lint --profile production --offline --strict $(PLAYBOOKS)
 

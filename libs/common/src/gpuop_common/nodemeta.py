@@ -65,3 +65,31 @@ def labeller_owned_keys(annotations: Mapping[str, str] | None) -> list[str]:
     """The keys listed in the labeller's ownership annotation (unvalidated, in order)."""
     raw = (annotations or {}).get(LABELLER_OWNED_ANNOTATION, "")
     return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+# The values those state labels take, in walk order (the operator's `upgrade.UpgradeState` and
+# `remediation.State`; a test holds the two in step). The doctor reads them to tell the operator's
+# cordon from an admin's.
+DRIVER_UPGRADE_STATES = (
+    "upgrade-required",
+    "cordoned",
+    "draining",
+    "pod-restart",
+    "upgrading",
+    "rebooting",
+    "validating",
+    "upgrade-done",
+    "upgrade-failed",
+)
+DRIVER_UPGRADE_CORDONING = frozenset(DRIVER_UPGRADE_STATES[1:7]) | {"upgrade-failed"}
+REMEDIATION_STATES = (
+    "detected",
+    "awaiting-approval",
+    "tainted",
+    "draining",
+    "repairing",
+    "validating",
+    "recovered",
+    "failed",
+)
+REMEDIATION_CORDONING = frozenset(REMEDIATION_STATES[2:6]) | {"failed"}

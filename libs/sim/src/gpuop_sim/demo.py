@@ -27,17 +27,25 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import StrEnum
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 from gpuop_common.gpu import AmdSysfsBackend
 from gpuop_common.kubejson import DEVICECONFIGS, RESOURCESLICES
+from gpuop_common.nodemeta import CONFIG_PROFILE_LABEL as PARTITION_PROFILE_LABEL
+from gpuop_common.nodemeta import DRIVER_VERSION_LABEL, TEST_REQUEST_ANNOTATION
+from gpuop_kubectl import table
+from gpuop_kubectl.table import (
+    DRA_DRIVER,
+    NodeRow,
+    app_name,
+    gpu_healthy,
+    self_check_of,
+)
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-from rich.text import Text
 
 from gpuop_sim import helm
 from gpuop_sim.apiserver import openapi
@@ -48,32 +56,24 @@ from gpuop_sim.nodes import faults
 from gpuop_sim.workloads.kubeapi import NODES, PODS
 from gpuop_sim.workloads.objects import (
     Obj,
-    annotations_of,
     key_of,
     labels_of,
     meta,
     name_of,
     namespace_of,
-    node_is_ready,
     pod_is_ready,
     pod_phase,
     selector_matches,
     spec_of,
     status_of,
 )
-from gpuop_sim.workloads.simkubelet.nodestatus import is_extended
 
-DEPLOY_PREFIX = "gpuop.dev/deploy."
 # The test runner's Node API (docs/test-runner.md): the demo requests, the agent answers.
-TEST_REQUEST_ANNOTATION = "gpuop.dev/test-request"
-TEST_RESULT_LABEL = "gpuop.dev/gpu.test-result"
 SELF_CHECK_REQUEST = "gpuop-selfcheck:demo"
 TEST_RUNNER = "test-runner"
 OPERATOR_NAMESPACE = "gpu-operator"
 RELEASE = "gpuop"
 # The operator's driver lifecycle on a node (docs/operator.md): installed version, upgrade step.
-DRIVER_VERSION_LABEL = "gpuop.dev/driver.version"
-DRIVER_LABELS = {DRIVER_VERSION_LABEL: "driver", "gpuop.dev/driver-upgrade-state": "upgrade"}
 # With --no-driver the umbrella's DeviceConfigs install the driver through the operator's Jobs,
 # whose playbooks send host commands to the simulator's recording fakes.
 DEMO_DRIVER_VERSIONS = {"amd": "6.12", "nvidia": "570.124.06"}
@@ -82,7 +82,6 @@ DEMO_DRIVER_VERSIONS = {"amd": "6.12", "nvidia": "570.124.06"}
 DEMO_UPGRADE_VERSIONS = {"amd": "6.13", "nvidia": "570.133.20"}
 DEMO_UPGRADE_POLICY = {"maxParallelUpgrades": 1, "rebootRequired": False}
 # With --dra the DeviceConfigs run the DRA driver instead of the device plugin (docs/dra-driver.md).
-DRA_DRIVER = "gpu.gpuop.dev"
 # Unless --no-partition: the AMD DeviceConfig runs the config manager, and once it is Ready on the
 # MI300X SPX node the demo labels that node for CPX/NPS4 (64 partitions when it is done).
 CONFIG_MANAGER = "config-manager"
@@ -92,11 +91,6 @@ DEMO_PARTITION_PROFILE = {"name": "cpx-nps4", "amd": {"computePartition": "CPX",
 # self-check the demo breaks one of its GPUs (an uncorrectable RAS error), as `gpuop-sim break-gpu`.
 DEMO_BREAK_NODE_PROFILE = "amd-mi300x-cpx"
 DEMO_REMEDIATION = {"enable": True, "conditionHoldSeconds": 5, "resetClearSeconds": 60}
-GPU_HEALTHY = "GPUHealthy"
-REMEDIATION_STATE_LABEL = "gpuop.dev/remediation-state"
-PARTITION_PROFILE_LABEL = "gpuop.dev/gpu-config-profile"
-PARTITION_STATE_LABEL = "gpuop.dev/gpu-config-state"
-AMD_PARTITION_LABEL = "amd.com/gpu.compute-memory-partition"
 LABEL_COLUMNS = (
     PROFILE_LABEL,
     "node.kubernetes.io/instance-type",
@@ -105,98 +99,13 @@ LABEL_COLUMNS = (
 )
 
 
-class Tone(StrEnum):
-    """How a pod is doing, as the table colours it."""
-
-    READY = "green"
-    STARTING = "yellow"
-    FAILING = "red"
-
-
-# Container reasons that mean "broken, a user must look": the kubelet retries, but in vain.
-FAILING_REASONS = frozenset(
-    {
-        "CrashLoopBackOff",
-        "Error",
-        "OOMKilled",
-        "ErrImagePull",
-        "ImagePullBackOff",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "RunContainerError",
-        "ContainerCannotRun",
-        "UnexpectedAdmissionError",
-        "Unschedulable",
-        "Failed",
-    }
-)
-
-
-@dataclass(frozen=True)
-class PodCell:
-    """One pod in the `pods` column: `device-plugin`, `node-labeller ContainerCreating`, ..."""
-
-    text: str
-    tone: Tone
-
-
-@dataclass(frozen=True)
-class NodeRow:
-    node: str
-    vendor: str
-    gpus: str
-    ready: str
-    stage: str
-    pods: str  # "2/3 ready"
-    resources: str
-    metrics: str
-    pod_cells: tuple[PodCell, ...] = ()
-    self_check: str = "-"
-    partition: str = "-"
-    health: str = "-"
-
-    @property
-    def pods_text(self) -> str:
-        """The pods column without colour: `1/2 ready: device-plugin, node-labeller Error x3`."""
-        return self.pods + (": " + ", ".join(c.text for c in self.pod_cells) if self.pod_cells else "")
-
-
-def stage_of(node: Obj) -> str:
-    """Rollout stage as the operator records it: a `gpuop.dev/...stage|state` annotation plus the
-    `gpuop.dev/deploy.<service>` labels, shown generically so new services need no demo change."""
-    parts = [
-        f"{k.split('/', 1)[1]}={v}"
-        for k, v in sorted(annotations_of(node).items())
-        if k.startswith("gpuop.dev/") and ("stage" in k or "state" in k)
-    ]
-    deployed = [
-        k[len(DEPLOY_PREFIX) :] + ("" if v == "true" else f"={v}")
-        for k, v in sorted(labels_of(node).items())
-        if k.startswith(DEPLOY_PREFIX)
-    ]
-    labels = labels_of(node)
-    driver = [f"{DRIVER_LABELS[k]}={labels[k]}" for k in DRIVER_LABELS if k in labels]
-    if driver:
-        parts.append(" ".join(driver))
-    if deployed:
-        parts.append("deploy: " + ",".join(deployed))
-    return "; ".join(parts) or "-"
-
-
-def self_check_of(node: Obj) -> str:
-    """`passed` / `failed` (the agent's result label), `requested` while a request waits, else `-`."""
-    if TEST_REQUEST_ANNOTATION in annotations_of(node):
-        return "requested"
-    return labels_of(node).get(TEST_RESULT_LABEL, "-")
-
-
 def self_check_due(nodes: Sequence[Obj], pods: Sequence[Obj], requested: set[str]) -> list[str]:
     """Nodes whose test runner is ready and that have neither a result nor a request yet, and that
     the demo has not asked before (an answer that clears the request must not start another)."""
     ready_on = {
         spec_of(p).get("nodeName")
         for p in pods
-        if _pod_name(p) == TEST_RUNNER and pod_phase(p) == "Running" and pod_is_ready(p)
+        if app_name(p) == TEST_RUNNER and pod_phase(p) == "Running" and pod_is_ready(p)
     }
     return [
         name_of(n)
@@ -205,119 +114,22 @@ def self_check_due(nodes: Sequence[Obj], pods: Sequence[Obj], requested: set[str
     ]
 
 
-def metrics_urls(pod: Obj) -> list[str]:
-    """http://<podIP>:<port>/metrics for each container port named like `metrics`."""
-    address = status_of(pod).get("podIP")
-    if not address or pod_phase(pod) != "Running":
-        return []
-    urls = []
-    for container in spec_of(pod).get("containers") or []:
-        for port in container.get("ports") or []:
-            if "metrics" in str(port.get("name") or "") and port.get("containerPort"):
-                urls.append(f"http://{address}:{port['containerPort']}/metrics")
-    return urls
-
-
-def dra_devices(slices: Sequence[Obj]) -> dict[str, int]:
-    """Node -> devices the DRA driver publishes there (its ResourceSlices' devices)."""
-    counts: dict[str, int] = {}
-    for item in slices:
-        spec = spec_of(item)
-        if spec.get("driver") == DRA_DRIVER and spec.get("nodeName"):
-            node = str(spec["nodeName"])
-            counts[node] = counts.get(node, 0) + len(spec.get("devices") or [])
-    return counts
-
-
 def node_rows(
     sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence[Obj], slices: Sequence[Obj] = ()
 ) -> list[NodeRow]:
-    """One table row per Node object (pure: the demo's whole view of the cluster)."""
-    published = dra_devices(slices)
+    """`kubectl gpuop status`'s rows, with vendor and GPUs from the simulated nodes (their profile and
+    GPU count are known before the node labeller runs)."""
     by_name = {n.name: n for n in sim_nodes}
     rows = []
-    for node in sorted(nodes, key=name_of):
-        name = name_of(node)
-        sim = by_name.get(name)
-        # Finished Job pods are history; every other pod on the node is shown, broken ones too.
-        on_node = [p for p in pods if spec_of(p).get("nodeName") == name and pod_phase(p) != "Succeeded"]
-        ready = sum(1 for p in on_node if pod_phase(p) == "Running" and pod_is_ready(p))
-        allocatable = status_of(node).get("allocatable") or {}
-        resources = ", ".join(f"{k}={v}" for k, v in sorted(allocatable.items()) if is_extended(k))
-        if name in published:  # DRA devices are no node resource: show what the slices offer
-            resources = ", ".join(filter(None, [resources, f"{DRA_DRIVER}={published[name]} (DRA)"]))
-        urls = [url for p in on_node for url in metrics_urls(p)]
-        rows.append(
-            NodeRow(
-                node=name,
-                vendor=sim.vendor if sim else "?",
-                gpus=_gpus(labels_of(node).get(PROFILE_LABEL, "?"), sim),
-                ready="Ready" if node_is_ready(node) else "NotReady",
-                stage=stage_of(node),
-                pods=f"{ready}/{len(on_node)} ready",
-                resources=resources or "-",
-                metrics=" ".join(urls) or "-",
-                pod_cells=tuple(pod_cell(p) for p in sorted(on_node, key=_pod_name)),
-                self_check=self_check_of(node),
-                partition=partition_of(node),
-                health=health_of(node),
-            )
-        )
+    for row in table.node_rows(nodes, pods, slices):
+        sim = by_name.get(row.node)
+        profile = next((labels_of(n).get(PROFILE_LABEL, "?") for n in nodes if name_of(n) == row.node), "?")
+        rows.append(replace(row, vendor=sim.vendor if sim else "?", gpus=_gpus(profile, sim)))
     return rows
 
 
-def _pod_name(pod: Obj) -> str:
-    """What a pod is, short: its app name label (the chart's service name) or its own name."""
-    return labels_of(pod).get("app.kubernetes.io/name") or name_of(pod)
-
-
-def pod_reason(pod: Obj) -> str:
-    """Why a pod is not Ready, the way `kubectl get pods` STATUS says it ("" when it is Ready).
-
-    The first container that is waiting or terminated gives its reason (CrashLoopBackOff, Error,
-    OOMKilled, ContainerCreating, ...); a pod that is running but not ready is "starting".
-    """
-    if pod_phase(pod) == "Running" and pod_is_ready(pod):
-        return ""
-    status = status_of(pod)
-    for container in status.get("containerStatuses") or []:
-        state = container.get("state") or {}
-        for kind in ("waiting", "terminated"):
-            if kind in state:
-                return str(state[kind].get("reason") or kind.capitalize())
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return str(cond.get("reason") or "Pending")
-    if status.get("containerStatuses") and pod_phase(pod) == "Running":
-        return "starting"
-    return str(status.get("reason") or pod_phase(pod))
-
-
-def restart_count(pod: Obj) -> int:
-    return sum(int(c.get("restartCount") or 0) for c in status_of(pod).get("containerStatuses") or [])
-
-
-def pod_cell(pod: Obj) -> PodCell:
-    """`device-plugin`, `device-plugin starting`, `device-plugin CrashLoopBackOff x26` (x: restarts)."""
-    reason = pod_reason(pod)
-    restarts = restart_count(pod)
-    parts = [_pod_name(pod), reason, f"x{restarts}" if restarts else ""]
-    if not reason:
-        tone = Tone.READY
-    elif reason in FAILING_REASONS or pod_phase(pod) == "Failed":
-        tone = Tone.FAILING
-    else:
-        tone = Tone.STARTING
-    return PodCell(" ".join(p for p in parts if p), tone)
-
-
-def pods_cell(row: NodeRow) -> Text:
-    """The pods column: the ready count, then each pod coloured by its tone (plain when piped)."""
-    text = Text(row.pods)
-    for index, cell in enumerate(row.pod_cells):
-        text.append(": " if index == 0 else ", ")
-        text.append(cell.text, style=cell.tone.value)
-    return text
+def render(rows: Sequence[NodeRow]) -> Table:
+    return table.render(rows, title="gpuop simulated cluster")
 
 
 def _gpus(profile: str, sim: SimNode | None) -> str:
@@ -325,29 +137,6 @@ def _gpus(profile: str, sim: SimNode | None) -> str:
         return profile
     partitions = f", {sim.partitions} partitions" if sim.partitions else ""
     return f"{profile} x{sim.gpu_count}{partitions}"
-
-
-def render(rows: Sequence[NodeRow]) -> Table:
-    table = Table(title="gpuop simulated cluster", expand=False)
-    columns: tuple[str, ...] = ("node", "vendor", "gpus", "ready", "stage", "pods", "allocatable")
-    columns += ("partition", "self-check", "health", "metrics")
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(
-            row.node,
-            row.vendor,
-            row.gpus,
-            row.ready,
-            row.stage,
-            pods_cell(row),
-            row.resources,
-            row.partition,
-            row.self_check,
-            row.health,
-            row.metrics,
-        )
-    return table
 
 
 def kubectl_command(kubeconfig: Path) -> str:
@@ -398,7 +187,7 @@ def partition_due(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequ
     ready_on = {
         spec_of(p).get("nodeName")
         for p in pods
-        if _pod_name(p) == CONFIG_MANAGER and pod_phase(p) == "Running" and pod_is_ready(p)
+        if app_name(p) == CONFIG_MANAGER and pod_phase(p) == "Running" and pod_is_ready(p)
     }
     wanted = {n.name for n in sim_nodes if n.profile == DEMO_PARTITION_NODE_PROFILE}
     return [
@@ -406,22 +195,6 @@ def partition_due(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequ
         for n in sorted(nodes, key=name_of)
         if name_of(n) in wanted & ready_on and PARTITION_PROFILE_LABEL not in labels_of(n)
     ]
-
-
-def gpu_healthy(node: Obj) -> tuple[str, str]:
-    """(status, reason) of the node labeller's GPUHealthy condition; ("", "") before it wrote one."""
-    for condition in status_of(node).get("conditions") or []:
-        if condition.get("type") == GPU_HEALTHY:
-            return str(condition.get("status", "")), str(condition.get("reason", ""))
-    return "", ""
-
-
-def health_of(node: Obj) -> str:
-    """`healthy`, `unhealthy RasUncorrectableIncrease`, then the remediation step when one runs."""
-    status, reason = gpu_healthy(node)
-    text = {"True": "healthy", "False": f"unhealthy {reason}".strip(), "Unknown": "unknown"}.get(status, "-")
-    state = labels_of(node).get(REMEDIATION_STATE_LABEL)
-    return f"{text}; remediation={state}" if state else text
 
 
 def break_due(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], broken: set[str]) -> list[str]:
@@ -474,13 +247,6 @@ def _is_ready(config: Obj) -> bool:
     if status.get("observedGeneration") != meta(config).get("generation"):
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
-def partition_of(node: Obj) -> str:
-    """`cpx_nps4 success`: the labeller's partition label and the config manager's state."""
-    labels = labels_of(node)
-    parts = [labels.get(AMD_PARTITION_LABEL, ""), labels.get(PARTITION_STATE_LABEL, "")]
-    return " ".join(p for p in parts if p) or "-"
 
 
 def host_command_values(out: Path) -> Path:

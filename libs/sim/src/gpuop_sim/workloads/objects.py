@@ -1,4 +1,4 @@
-"""Small, pure helpers over Kubernetes objects held as plain JSON dicts.
+"""Small, pure helpers over Kubernetes objects held as plain JSON dicts (the accessors from gpuop_common).
 
 The simulator's controllers and kubelets work on the JSON the API server returns (no generated
 models): it is what the wire carries, it is cheap at 1,000 nodes and it keeps fields we do not model.
@@ -10,50 +10,41 @@ import hashlib
 import json
 from typing import Any
 
-Obj = dict[str, Any]
+from gpuop_common.kubeobj import (
+    Obj,
+    annotations_of,
+    key_of,
+    labels_of,
+    meta,
+    name_of,
+    namespace_of,
+    node_is_ready,
+    pod_is_ready,
+    pod_phase,
+    spec_of,
+    status_of,
+)
+
+# The plain accessors are gpuop_common's (kubectl gpuop reads objects the same way); re-exported here
+# for the simulator's modules.
+__all__ = [
+    "Obj",
+    "annotations_of",
+    "key_of",
+    "labels_of",
+    "meta",
+    "name_of",
+    "namespace_of",
+    "node_is_ready",
+    "pod_is_ready",
+    "pod_phase",
+    "spec_of",
+    "status_of",
+]
 
 # Label the real DaemonSet/ReplicaSet controllers put on pods to tell template revisions apart.
 REVISION_HASH_LABEL = "controller-revision-hash"
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
-
-
-def meta(obj: Obj) -> Obj:
-    value = obj.get("metadata")
-    return value if isinstance(value, dict) else {}
-
-
-def name_of(obj: Obj) -> str:
-    return str(meta(obj).get("name", ""))
-
-
-def namespace_of(obj: Obj) -> str:
-    return str(meta(obj).get("namespace") or "")
-
-
-def key_of(obj: Obj) -> str:
-    """`namespace/name` for namespaced objects, `name` for cluster-scoped ones."""
-    ns = namespace_of(obj)
-    return f"{ns}/{name_of(obj)}" if ns else name_of(obj)
-
-
-def labels_of(obj: Obj) -> dict[str, str]:
-    value = meta(obj).get("labels")
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
-
-
-def annotations_of(obj: Obj) -> dict[str, str]:
-    value = meta(obj).get("annotations")
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
-
-
-def spec_of(obj: Obj) -> Obj:
-    value = obj.get("spec")
-    return value if isinstance(value, dict) else {}
-
-
-def status_of(obj: Obj) -> Obj:
-    value = obj.get("status")
-    return value if isinstance(value, dict) else {}
 
 
 def is_deleting(obj: Obj) -> bool:
@@ -119,26 +110,8 @@ def selector_matches(selector: Obj | None, labels: dict[str, str]) -> bool:
     return True
 
 
-def pod_phase(pod: Obj) -> str:
-    return str(status_of(pod).get("phase") or "Pending")
-
-
-def pod_is_ready(pod: Obj) -> bool:
-    for cond in status_of(pod).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
-
-
 def pod_is_terminal(pod: Obj) -> bool:
     return pod_phase(pod) in ("Succeeded", "Failed")
-
-
-def node_is_ready(node: Obj) -> bool:
-    for cond in status_of(node).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
 
 
 def int_or_percent(value: Any, total: int, default: int, *, round_up: bool) -> int:

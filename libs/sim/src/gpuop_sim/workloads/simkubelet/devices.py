@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuop_sim.workloads.simkubelet.nodestatus import is_extended
+from gpuop_common.kubeobj import is_extended
 from gpuop_sim.workloads.simkubelet.podspec import ContainerConfigError
 
 

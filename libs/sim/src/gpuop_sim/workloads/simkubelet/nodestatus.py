@@ -12,18 +12,13 @@ import logging
 from collections.abc import Mapping
 
 from gpuop_sim.workloads.kubeapi import JSON_PATCH, NODES, STRATEGIC_MERGE_PATCH, KubeRest, is_status
+from gpuop_common.kubeobj import is_extended
+
 from gpuop_sim.workloads.objects import Obj, spec_of, status_of
 from gpuop_sim.workloads.scheduling import NOT_READY_TAINT
 from gpuop_sim.workloads.simkubelet.status import node_ready_conditions
 
 log = logging.getLogger(__name__)
-
-# Resources the kubelet itself reports; everything else with a `/` is a device plugin's.
-_NATIVE = ("cpu", "memory", "pods", "ephemeral-storage", "hugepages-")
-
-
-def is_extended(resource: str) -> bool:
-    return "/" in resource and not resource.startswith(_NATIVE)
 
 
 def resource_patch(node: Obj, capacity: Mapping[str, int], allocatable: Mapping[str, int]) -> Obj | None:
