@@ -29,8 +29,9 @@ def test_workspace_root_is_virtual_with_one_lock() -> None:
     assert not list(ROOT.glob("*/*/uv.lock")), "members must share the root uv.lock"
 
 
-def test_libs_are_common_and_sim() -> None:
-    assert {p.name for p in (ROOT / "libs").iterdir() if p.is_dir()} == {"common", "sim"}
+def test_libs_are_common_sim_and_the_kubectl_plugin() -> None:
+    # kubectl gpuop runs on an admin's machine: no image, no chart, so not a service (development.md).
+    assert {p.name for p in (ROOT / "libs").iterdir() if p.is_dir()} == {"common", "sim", "kubectl"}
 
 
 @pytest.mark.parametrize("member", MEMBERS, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -26,7 +26,7 @@ from gpuop_operator.remediation import State as RemediationState
 from gpuop_operator.upgrade import UpgradeState
 from gpuop_sim.binaries import find_binary
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import NODES, PODS, SECRETS
+from gpuop_sim.workloads.kubeapi import NODES, SECRETS
 from gpuop_sim.workloads.objects import Obj, labels_of
 from gpuop_sim.workloads.simkubelet.stub import StubOutcome
 

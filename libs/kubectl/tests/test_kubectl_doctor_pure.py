@@ -1,0 +1,61 @@
+"""The doctor and the table on plain objects (the end-to-end scenarios run in
+services/operator/tests/test_kubectl_gpuop.py against the operator on a simulated cluster)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuop_common import nodemeta
+from gpuop_kubectl.doctor import diagnose
+from gpuop_kubectl.findings import ALL_CODES
+from gpuop_kubectl.gather import redact_pod
+from gpuop_kubectl.snapshot import Snapshot
+from gpuop_kubectl.table import node_rows
+
+
+def gpu_node(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {nodemeta.AMD_PRESENT_LABEL: "true", **labels}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"amd.com/gpu": "8"}},
+    }
+
+
+def config(name: str, **match: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "gpu-operator"},
+        "spec": {"selector": {"matchLabels": match}},
+    }
+
+
+def test_codes_are_unique_and_documented() -> None:
+    codes = [c.code for c in ALL_CODES]
+    assert len(codes) == len(set(codes))
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "doctor.md").read_text()
+    assert all(f"`{c.code}`" in doc for c in ALL_CODES)
+
+
+def test_a_node_no_selector_matches_is_s001_and_a_matched_one_serves() -> None:
+    snap = Snapshot(
+        "gpu-operator", nodes=[gpu_node("a", pool="x"), gpu_node("b")], deviceconfigs=[config("x", pool="x")]
+    )
+    assert diagnose(snap, "a").ok and diagnose(snap, "a").serving == "amd.com/gpu=8"
+    report = diagnose(snap, "b")
+    assert not report.ok and report.verdict is not None and report.verdict.code.code == "GPUOP-S001"
+
+
+def test_table_rows_come_from_labels() -> None:
+    node = gpu_node("a", **{nodemeta.GPU_COUNT_LABEL: "8", nodemeta.GPU_MODEL_LABEL: "AMD-Instinct-MI300X"})
+    (row,) = node_rows([node], [])
+    assert (row.vendor, row.gpus, row.resources) == ("amd", "AMD-Instinct-MI300X x8", "amd.com/gpu=8")
+
+
+def test_redact_pod_drops_secret_env_values() -> None:
+    pod = {
+        "spec": {
+            "containers": [{"env": [{"name": "API_TOKEN", "value": "t"}, {"name": "MODE", "value": "m"}]}]
+        }
+    }
+    env = redact_pod(pod)["spec"]["containers"][0]["env"]
+    assert env == [{"name": "API_TOKEN", "value": "<redacted>"}, {"name": "MODE", "value": "m"}]
