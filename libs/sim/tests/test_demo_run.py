@@ -12,21 +12,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuop_sim.cluster import SimNode, node_address
-from gpuop_sim.demo import (
-    DriverUpgrade,
+from gpuop_kubectl.table import (
     NodeRow,
     PodCell,
     Tone,
-    break_due,
     health_of,
-    node_rows,
-    partition_due,
     pod_cell,
     pods_cell,
-    self_check_due,
     self_check_of,
     stage_of,
+)
+from gpuop_sim.cluster import SimNode, node_address
+from gpuop_sim.demo import (
+    DriverUpgrade,
+    break_due,
+    node_rows,
+    partition_due,
+    self_check_due,
     upgrade_due,
     use_live,
 )

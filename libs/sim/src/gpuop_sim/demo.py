@@ -36,6 +36,9 @@ from gpuop_common.kubejson import DEVICECONFIGS, RESOURCESLICES
 from gpuop_common.nodemeta import CONFIG_PROFILE_LABEL as PARTITION_PROFILE_LABEL
 from gpuop_common.nodemeta import DRIVER_VERSION_LABEL, TEST_REQUEST_ANNOTATION
 from gpuop_kubectl import table
+from gpuop_kubectl.doctor import diagnose
+from gpuop_kubectl.report import render_report
+from gpuop_kubectl.snapshot import read_snapshot
 from gpuop_kubectl.table import (
     DRA_DRIVER,
     NodeRow,
@@ -146,6 +149,12 @@ def kubectl_command(kubeconfig: Path) -> str:
     except MissingBinaryError:
         kubectl = "kubectl"
     return f"{kubectl} --kubeconfig {kubeconfig}"
+
+
+def gpuop_command(kubeconfig: Path) -> str:
+    """`kubectl gpuop --kubeconfig <path>`: the plugin (`kubectl-gpuop` in the venv's bin/)."""
+    plugin = Path(sys.executable).parent / "kubectl-gpuop"
+    return f"{plugin if plugin.is_file() else 'kubectl gpuop'} --kubeconfig {kubeconfig}"
 
 
 def kubectl_hint(kubeconfig: Path) -> str:
@@ -314,6 +323,7 @@ class Snapshots:
         self.partitions = partitions
         self.breaks = breaks
         self.broken: set[str] = set()
+        self.diagnosed: set[str] = set()
         self.upgrades = upgrades
         self.upgraded: set[str] = set()
 
@@ -336,6 +346,11 @@ class Snapshots:
         for name in break_due(self.cluster.nodes, nodes, self.broken) if self.breaks else []:
             self.broken.add(name)
             self._break(name)
+        for name in sorted(self.broken - self.diagnosed):
+            node = next((n for n in nodes if name_of(n) == name), None)
+            if node is not None and gpu_healthy(node)[0] == "False":
+                self.diagnosed.add(name)
+                self._diagnose(name)
         configs = rest.list(DEVICECONFIGS)[0] if self.upgrades else []
         for upgrade in upgrade_due(configs, nodes, self.upgraded):
             self.upgraded.add(f"{upgrade.namespace}/{upgrade.name}")
@@ -347,6 +362,14 @@ class Snapshots:
             )
             rest.patch(DEVICECONFIGS, upgrade.name, upgrade.patch, upgrade.namespace)
         return node_rows(self.cluster.nodes, nodes, pods, slices)
+
+    def _diagnose(self, name: str) -> None:
+        """`kubectl gpuop doctor <node>` on the node the demo broke: its verdict, as an admin sees it."""
+        self.console.print(
+            f"doctor:     {gpuop_command(self.cluster.kubeconfig)} doctor {name}", soft_wrap=True
+        )
+        snap = read_snapshot(self.cluster.api(), OPERATOR_NAMESPACE)
+        self.console.print(render_report(diagnose(snap, name)), soft_wrap=True, markup=False)
 
     def _break(self, name: str) -> None:
         """One uncorrectable RAS error on the node's first GPU, printed as the command that does it."""
@@ -412,6 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster.start()
         console.print(f"kubeconfig: {cluster.kubeconfig}")
         console.print(f"try:        {kubectl_hint(cluster.kubeconfig)}", soft_wrap=True)
+        console.print(
+            f"status:     {gpuop_command(cluster.kubeconfig)} status  (the table below)", soft_wrap=True
+        )
         values: list[Path] = []
         if (args.chart / "values.yaml").is_file():
             values.append(host_command_values(cluster.state_dir / "demo-host-values.yaml"))
