@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuop_common.kubeobj import is_extended
+
 from gpuop_sim.workloads.simkubelet.podspec import ContainerConfigError
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from gpuop_sim.workloads.kubeapi import JSON_PATCH, NODES, STRATEGIC_MERGE_PATCH, KubeRest, is_status
 from gpuop_common.kubeobj import is_extended
 
+from gpuop_sim.workloads.kubeapi import JSON_PATCH, NODES, STRATEGIC_MERGE_PATCH, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, spec_of, status_of
 from gpuop_sim.workloads.scheduling import NOT_READY_TAINT
 from gpuop_sim.workloads.simkubelet.status import node_ready_conditions
