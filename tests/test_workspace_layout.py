@@ -86,7 +86,13 @@ def test_real_helm_and_kubectl_are_installed(tool: str, version: str) -> None:
 
 # Where product code might read the developers' shared/ folder, which users never have (issue 27).
 SHARED_READERS = re.compile(r"shared_dir|GPUOP_SHARED_DIR|\.\./shared\b|[\"'/]shared/")
-PRODUCT_SOURCES = ("libs/common/src", "libs/sim/src", "services", "bench", "charts", "Makefile")
+PRODUCT_SOURCES = (
+    *(str(src.relative_to(ROOT)) for src in sorted(ROOT.glob("libs/*/src"))),
+    "services",
+    "bench",
+    "charts",
+    "Makefile",
+)
 
 
 def test_nothing_the_product_the_simulator_the_demo_or_bench_runs_reads_shared() -> None:
