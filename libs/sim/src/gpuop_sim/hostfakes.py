@@ -331,6 +331,14 @@ def _lay_nvidia(root: Path) -> None:
 
 
 _LAYERS: dict[str, Callable[[Path], None]] = {"amdgpu": _lay_amdgpu, "nvidia": _lay_nvidia}
+DRIVER_TREE_MODULES = tuple(_LAYERS)
+
+
+def lay_driver_tree(root: Path, module: str) -> None:
+    """Lay what `modprobe <module>` lays on a bare root (no node profile) for its PCI GPUs."""
+    _LAYERS[module](root)
+
+
 _DEV_NODES = {"nvidia-uvm": ("nvidia-uvm", "nvidia-uvm-tools"), "nvidia-modeset": ("nvidia-modeset",)}
 
 
