@@ -171,11 +171,14 @@ def test_vars_file_becomes_the_playbook_variables(tmp_path: Path) -> None:
     path.write_text(
         "vendor: amd\ndriver:\n  enable: true\n  version: '6.3'\n  blacklist: true\n"
         "  amdgpuInstallerRepoURL: https://mirror.example/radeon/\n  kernelModuleParameters: [noretry=1]\n"
+        "  cudaRepoURL: file:///srv/mirror/cuda/\n  containerToolkitRepoURL: http://mirror.example/nct\n"
     )
     extra = ansible_extra_vars(load_vars_file(path), Path("/host"))
     assert extra["host_exec"] == "chroot /host" and extra["gpu_vendor"] == "amd"
     assert extra["driver_version"] == "6.3" and extra["driver_blacklist"] is True
     assert extra["amdgpu_repo_url"] == "https://mirror.example/radeon"
+    assert extra["cuda_repo_url"] == "file:///srv/mirror/cuda"
+    assert extra["container_toolkit_repo_url"] == "http://mirror.example/nct"
     assert extra["kernel_module_parameters"] == ["noretry=1"]
     assert extra["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
     fakes = PlaybookVars.model_validate({"vendor": "amd", "hostExec": "python -m fakes --root {host_root}"})
