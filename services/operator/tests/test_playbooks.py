@@ -227,11 +227,11 @@ def test_blacklist_and_module_parameters_are_persisted_for_the_next_boot(install
 
 
 def test_unsupported_os_stops_at_the_first_task_before_touching_the_host(tmp_path: Path) -> None:
-    host = lay_bare_host(tmp_path, "debian-12", "amd")
+    host = lay_bare_host(tmp_path, "ubuntu-20.04", "amd")
     summary = play(host)
     assert summary.status == "failed" and summary.changed == 0
     assert [f.task for f in summary.failed_tasks] == ["Check the OS is supported"]
-    assert summary.failed_tasks[0].message == "Unsupported OS debian 12"
+    assert summary.failed_tasks[0].message == "Unsupported OS ubuntu 20.04"
     assert hostfakes.recorded(tmp_path) == []
 
 

@@ -38,7 +38,7 @@ NOW = datetime(2026, 12, 3, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("os", "family", "codename"),
     [("ubuntu-22.04", "debian", "jammy"), ("ubuntu-24.04", "debian", "noble"), ("rocky-9.4", "rhel", ""),
-     ("rhel-9.4", "rhel", "")],
+     ("rhel-9.4", "rhel", ""), ("debian-12", "debian", "bookworm")],
 )  # fmt: skip
 def test_supported_platforms(os: str, family: str, codename: str) -> None:
     platform = host_platform(OS_RELEASES[os])
@@ -49,7 +49,7 @@ def test_supported_platforms(os: str, family: str, codename: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (OS_RELEASES["debian-12"], "Unsupported OS debian 12"),
+        ('ID=debian\nVERSION_ID="11"\nVERSION_CODENAME=bullseye\n', "Unsupported OS debian 11"),
         (OS_RELEASES["ubuntu-20.04"], "Unsupported OS ubuntu 20.04"),
         ('ID="rocky"\nVERSION_ID="8.9"\n', "Unsupported OS rocky 8.9"),
         ('ID="centos"\nVERSION_ID="9"\n', "Unsupported OS centos 9"),

@@ -14,6 +14,7 @@ Family = Literal["debian", "rhel", ""]
 # Supported distributions: ID -> (family, versions). RHEL-family entries name the major version.
 SUPPORTED: dict[str, tuple[Family, tuple[str, ...]]] = {
     "ubuntu": ("debian", ("22.04", "24.04")),
+    "debian": ("debian", ("12",)),
     "rhel": ("rhel", ("9",)),
     "rocky": ("rhel", ("9",)),
     "almalinux": ("rhel", ("9",)),
@@ -25,7 +26,7 @@ class HostPlatform(TypedDict):
     version: str  # VERSION_ID as written, e.g. "22.04" or "9.4"
     major: str
     family: Family
-    codename: str  # Ubuntu's VERSION_CODENAME, "" elsewhere
+    codename: str  # VERSION_CODENAME (Ubuntu, Debian), "" elsewhere
     supported: bool
     message: str  # why not supported, "" when it is
 
