@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,9 @@ def _skip_without_world() -> None:
         pytest.skip(f"missing {', '.join(missing)} (apt-get install debootstrap dpkg-dev gpg)")
 
 
-def _run_steps(root: Path, vendor: str, driver: dict[str, Any], steps: list[tuple[str, str, str]]) -> dict[str, Step]:
+def _run_steps(
+    root: Path, vendor: str, driver: dict[str, Any], steps: list[tuple[str, str, str]]
+) -> dict[str, Step]:
     done: dict[str, Step] = {}
     module = "amdgpu" if vendor == "amd" else "nvidia"
     for name, playbook, version in steps:
@@ -88,6 +91,7 @@ def amd(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Step]:
         return _run_steps(root, "amd", driver, steps)
     finally:
         mirror.close()
+        shutil.rmtree(root, ignore_errors=True)  # 220 MB; the tests read the steps' records
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +105,13 @@ def nvidia(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Step]:
         drivers = [RepoPackage("nvidia-open", v, dkms_module="nvidia") for v in NVIDIA_RELEASES.values()]
         mirror.flat_repo("cuda/debian12/x86_64", drivers)
         mirror.write_key("libnvidia-container/gpgkey")
-        mirror.flat_repo("libnvidia-container/stable/deb/amd64", [RepoPackage("nvidia-container-toolkit", "1.17.5-1")])
-        driver = {"cudaRepoURL": mirror.url("cuda"), "containerToolkitRepoURL": mirror.url("libnvidia-container")}
+        mirror.flat_repo(
+            "libnvidia-container/stable/deb/amd64", [RepoPackage("nvidia-container-toolkit", "1.17.5-1")]
+        )
+        driver = {
+            "cudaRepoURL": mirror.url("cuda"),
+            "containerToolkitRepoURL": mirror.url("libnvidia-container"),
+        }
         steps = [
             ("install", "driver-install", "570.124.06"),
             ("upgrade", "driver-install", "570.133.20"),
@@ -111,6 +120,7 @@ def nvidia(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Step]:
         return _run_steps(root, "nvidia", driver, steps)
     finally:
         mirror.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_amd_install_puts_the_release_amdgpu_dkms_on_and_loads_it(amd: dict[str, Step]) -> None:
@@ -165,7 +175,9 @@ def test_nvidia_install_upgrade_uninstall(nvidia: dict[str, Step]) -> None:
     assert upgrade.summary.succeeded, upgrade.summary.failed_tasks
     assert upgrade.packages["nvidia-open"] == "570.133.20-1"
     assert upgrade.dkms == [f"nvidia/570.133.20-1/{KERNEL}"]
-    assert upgrade.marker["version"] == "570.133.20" and upgrade.summary.facts["driver_version"] == "570.133.20"
+    assert (
+        upgrade.marker["version"] == "570.133.20" and upgrade.summary.facts["driver_version"] == "570.133.20"
+    )
     assert uninstall.summary.succeeded, uninstall.summary.failed_tasks
     assert "nvidia-open" not in uninstall.packages and uninstall.dkms == []
     assert uninstall.packages["nvidia-container-toolkit"] == "1.17.5-1"  # other workloads may use it

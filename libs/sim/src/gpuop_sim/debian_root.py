@@ -131,7 +131,12 @@ def recorded(root: Path) -> list[list[str]]:
 def installed(root: Path) -> dict[str, str]:
     """Package -> version from the root's dpkg database, as `dpkg-query -W` reads it."""
     done = subprocess.run(
-        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f=${db:Status-Abbrev}\t${Package}\t${Version}\n"],
+        [
+            "dpkg-query",
+            f"--admindir={root}/var/lib/dpkg",
+            "-W",
+            "-f=${db:Status-Abbrev}\t${Package}\t${Version}\n",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -149,7 +154,7 @@ def dkms_builds(root: Path) -> list[str]:
 # --- fakes inside the root -------------------------------------------------------------------------
 
 _LOG = 'mkdir -p /.gpuop-fakes && printf "%s\\t" "$(basename "$0")" "$@" | sed "s/\\t$//" >> /' + CALLS
-_LOG += ' && echo >> /' + CALLS
+_LOG += " && echo >> /" + CALLS
 _FAKES = {
     "usr/bin/uname": f"""#!/bin/sh
 {_LOG}
@@ -174,7 +179,8 @@ headers() {{
 }}
 case $action in
   add) mkdir -p "$state/$module/$version" ;;
-  build|install) k=${{kernel:-$(cat /.gpuop-fakes/kernel)}}; headers "$k"; mkdir -p "$state/$module/$version/$k" ;;
+  build|install)
+    k=${{kernel:-$(cat /.gpuop-fakes/kernel)}}; headers "$k"; mkdir -p "$state/$module/$version/$k" ;;
   remove) rm -rf "$state/$module/$version" ;;
   autoinstall)
     k=${{kernel:-$(cat /.gpuop-fakes/kernel)}}; headers "$k"
@@ -368,7 +374,10 @@ class VendorMirror:
         for package in packages:
             build_deb(package, repo)
         scan = subprocess.run(
-            ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=repo, capture_output=True, check=True
+            ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
+            cwd=repo,
+            capture_output=True,
+            check=True,
         )
         (repo / "Packages").write_bytes(scan.stdout)
         index = repo / "Packages"
@@ -386,4 +395,6 @@ class VendorMirror:
     def distribution(self, packages: list[RepoPackage]) -> None:
         """The distribution's own archive (trusted, unsigned), in place of deb.debian.org."""
         self.dists_repo("debian", SUITE, packages)
-        (self.root / "etc/apt/sources.list").write_text(f"deb [trusted=yes] {self.url('debian')} {SUITE} main\n")
+        (self.root / "etc/apt/sources.list").write_text(
+            f"deb [trusted=yes] {self.url('debian')} {SUITE} main\n"
+        )
