@@ -143,6 +143,8 @@ VIOLATIONS = [
     ("driver.image", "Not An Image!", "driver.image"),
     ("driver.imagePullPolicy", "Sometimes", "driver.imagePullPolicy"),
     ("driver.amdgpuInstallerRepoURL", "ftp://repo", "driver.amdgpuInstallerRepoURL"),
+    ("driver.cudaRepoURL", "mirror.example/cuda", "driver.cudaRepoURL"),
+    ("driver.containerToolkitRepoURL", "https://mirror example", "driver.containerToolkitRepoURL"),
     ("driver.kernelModuleParameters", ["no-value"], "driver.kernelModuleParameters.0"),
     ("driver.upgradePolicy.maxParallelUpgrades", -1, "driver.upgradePolicy.maxParallelUpgrades"),
     ("driver.upgradePolicy.maxUnavailableNodes", "120%", "driver.upgradePolicy.maxUnavailableNodes"),

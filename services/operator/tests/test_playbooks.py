@@ -30,12 +30,14 @@ AMD_UBUNTU_22 = [
     ["uname", "-r"],
     ["curl", "-fsSL", "--create-dirs", "-o", "/etc/apt/keyrings/amdgpu.asc", "https://repo.radeon.com/rocm/rocm.gpg.key"],
     ["apt-get", "update"],
-    ["dpkg-query", "-W", "-f=${Status}", "linux-headers-6.8.0-40-generic"],
-    ["dpkg-query", "-W", "-f=${Status}", "linux-modules-extra-6.8.0-40-generic"],
-    ["dpkg-query", "-W", "-f=${Status}", "amdgpu-dkms"],
+    ["curl", "-fsSL", "https://repo.radeon.com/amdgpu/6.2.4/ubuntu/dists/jammy/main/binary-amd64/Packages"],
+    ["dpkg-query", "-W", "-f=${Status} ${Version}", "linux-headers-6.8.0-40-generic"],
+    ["dpkg-query", "-W", "-f=${Status} ${Version}", "linux-modules-extra-6.8.0-40-generic"],
+    ["dpkg-query", "-W", "-f=${Status} ${Version}", "amdgpu-dkms"],
     [
-        "apt-get", "install", "-y", "--no-install-recommends",
-        "linux-headers-6.8.0-40-generic", "linux-modules-extra-6.8.0-40-generic", "amdgpu-dkms",
+        "apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
+        "linux-headers-6.8.0-40-generic", "linux-modules-extra-6.8.0-40-generic",
+        "amdgpu-dkms=1:6.10.5.60204-2125197.22.04",
     ],
     ["depmod", "-a", "6.8.0-40-generic"],
     ["dkms", "status", "-m", "amdgpu"],
@@ -43,6 +45,7 @@ AMD_UBUNTU_22 = [
     ["systemctl", "is-active", "containerd"],
     ["systemctl", "is-active", "crio"],
     ["systemctl", "restart", "containerd"],
+    ["dpkg-query", "-W", "-f=${Status} ${Version}", "amdgpu-dkms"],
 ]  # fmt: skip
 NVIDIA_UBUNTU_24 = [
     ["uname", "-r"],
@@ -55,12 +58,14 @@ NVIDIA_UBUNTU_24 = [
         "https://nvidia.github.io/libnvidia-container/gpgkey",
     ],
     ["apt-get", "update"],
-    ["dpkg-query", "-W", "-f=${Status}", "linux-headers-6.8.0-40-generic"],
-    ["dpkg-query", "-W", "-f=${Status}", "nvidia-driver-570-open"],
-    ["dpkg-query", "-W", "-f=${Status}", "nvidia-container-toolkit"],
+    ["curl", "-fsSL", "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/Packages"],
+    ["dpkg-query", "-W", "-f=${Status} ${Version}", "linux-headers-6.8.0-40-generic"],
+    ["dpkg-query", "-W", "-f=${Status} ${Version}", "nvidia-driver-570-open"],
+    ["dpkg-query", "-W", "-f=${Status} ${Version}", "nvidia-container-toolkit"],
     [
-        "apt-get", "install", "-y", "--no-install-recommends",
-        "linux-headers-6.8.0-40-generic", "nvidia-driver-570-open", "nvidia-container-toolkit",
+        "apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
+        "linux-headers-6.8.0-40-generic", "nvidia-driver-570-open=570.86.15-0ubuntu1",
+        "nvidia-container-toolkit",
     ],
     ["depmod", "-a", "6.8.0-40-generic"],
     ["dkms", "status", "-m", "nvidia"],
@@ -69,15 +74,34 @@ NVIDIA_UBUNTU_24 = [
     ["systemctl", "is-active", "crio"],
     ["update-initramfs", "-u", "-k", "6.8.0-40-generic"],
     ["systemctl", "restart", "containerd"],
+    ["dpkg-query", "-W", "-f=${Status} ${Version}", "nvidia-driver-570-open"],
 ]  # fmt: skip
 ROCKY_KERNEL = "5.14.0-427.13.1.el9_4.x86_64"
+RPM_QUERY = ["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}"]
 AMD_ROCKY_9 = [
     ["uname", "-r"],
     ["dnf", "makecache"],
-    ["rpm", "-q", f"kernel-headers-{ROCKY_KERNEL}"],
-    ["rpm", "-q", f"kernel-devel-{ROCKY_KERNEL}"],
-    ["rpm", "-q", "amdgpu-dkms"],
-    ["dnf", "install", "-y", f"kernel-headers-{ROCKY_KERNEL}", f"kernel-devel-{ROCKY_KERNEL}", "amdgpu-dkms"],
+    [
+        "dnf",
+        "repoquery",
+        "--quiet",
+        "--disablerepo=*",
+        "--enablerepo=amdgpu",
+        "--queryformat",
+        "%{version}-%{release}",
+        "amdgpu-dkms",
+    ],
+    [*RPM_QUERY, f"kernel-headers-{ROCKY_KERNEL}"],
+    [*RPM_QUERY, f"kernel-devel-{ROCKY_KERNEL}"],
+    [*RPM_QUERY, "amdgpu-dkms"],
+    [
+        "dnf",
+        "install",
+        "-y",
+        f"kernel-headers-{ROCKY_KERNEL}",
+        f"kernel-devel-{ROCKY_KERNEL}",
+        "amdgpu-dkms-6.10.5.60300-2125197.el9",
+    ],
     ["depmod", "-a", ROCKY_KERNEL],
     ["dkms", "status", "-m", "amdgpu"],
     ["modprobe", "amdgpu", "ppfeaturemask=0xffffffff", "noretry=1"],
@@ -85,6 +109,7 @@ AMD_ROCKY_9 = [
     ["systemctl", "is-active", "crio"],
     ["dracut", "-f", "--kver", ROCKY_KERNEL],
     ["systemctl", "restart", "containerd"],
+    [*RPM_QUERY, "amdgpu-dkms"],
 ]
 
 
@@ -181,8 +206,10 @@ def test_second_run_changes_nothing_and_only_looks(installed: Installed) -> None
     assert installed.second.succeeded, installed.second.failed_tasks
     assert installed.second.changed == 0
     verbs = {tuple(c[:2]) for c in installed.second_commands}
+    looks = ("uname", "dpkg-query", "rpm", "dkms", "systemctl")
     assert all(
-        c[0] in ("uname", "dpkg-query", "rpm", "dkms", "systemctl") for c in installed.second_commands
+        c[0] in looks or c[:2] == ["dnf", "repoquery"] or (c[0] == "curl" and "-o" not in c)
+        for c in installed.second_commands
     ), verbs
     assert ("systemctl", "restart") not in verbs
 
@@ -227,11 +254,11 @@ def test_blacklist_and_module_parameters_are_persisted_for_the_next_boot(install
 
 
 def test_unsupported_os_stops_at_the_first_task_before_touching_the_host(tmp_path: Path) -> None:
-    host = lay_bare_host(tmp_path, "debian-12", "amd")
+    host = lay_bare_host(tmp_path, "ubuntu-20.04", "amd")
     summary = play(host)
     assert summary.status == "failed" and summary.changed == 0
     assert [f.task for f in summary.failed_tasks] == ["Check the OS is supported"]
-    assert summary.failed_tasks[0].message == "Unsupported OS debian 12"
+    assert summary.failed_tasks[0].message == "Unsupported OS ubuntu 20.04"
     assert hostfakes.recorded(tmp_path) == []
 
 
@@ -273,10 +300,10 @@ def test_failing_dkms_build_fails_the_cli_run_with_the_task_and_its_error(tmp_pa
     summary = PlaybookSummary.model_validate_json(log.read_text())
     assert summary.status == "failed" and summary.rc != 0
     [failure] = summary.failed_tasks
-    assert failure.task == "Install the missing packages for amdgpu"
+    assert failure.task == "Install the packages for amdgpu"
     assert failure.command.endswith(
-        "apt-get install -y --no-install-recommends linux-headers-6.8.0-40-generic "
-        "linux-modules-extra-6.8.0-40-generic amdgpu-dkms"
+        "apt-get install -y --no-install-recommends --allow-downgrades linux-headers-6.8.0-40-generic "
+        "linux-modules-extra-6.8.0-40-generic amdgpu-dkms=1:6.10.5.60204-2125197.22.04"
     )
     assert "Error 2" in failure.stderr_tail and "bad exit status" in failure.stderr_tail
     assert not any(c[0] == "modprobe" for c in hostfakes.recorded(host.root))
@@ -344,14 +371,20 @@ def test_after_a_kernel_update_install_adds_the_headers_and_builds_the_module_fo
     assert summary.succeeded, summary.failed_tasks
     assert hostfakes.recorded(host.root)[before:] == [
         ["uname", "-r"],
-        ["dpkg-query", "-W", "-f=${Status}", f"linux-headers-{new}"],
-        ["dpkg-query", "-W", "-f=${Status}", f"linux-modules-extra-{new}"],
-        ["dpkg-query", "-W", "-f=${Status}", "amdgpu-dkms"],
+        [
+            "curl",
+            "-fsSL",
+            "https://repo.radeon.com/amdgpu/6.2.4/ubuntu/dists/jammy/main/binary-amd64/Packages",
+        ],
+        ["dpkg-query", "-W", "-f=${Status} ${Version}", f"linux-headers-{new}"],
+        ["dpkg-query", "-W", "-f=${Status} ${Version}", f"linux-modules-extra-{new}"],
+        ["dpkg-query", "-W", "-f=${Status} ${Version}", "amdgpu-dkms"],
         [
             "apt-get",
             "install",
             "-y",
             "--no-install-recommends",
+            "--allow-downgrades",
             f"linux-headers-{new}",
             f"linux-modules-extra-{new}",
         ],
@@ -361,6 +394,7 @@ def test_after_a_kernel_update_install_adds_the_headers_and_builds_the_module_fo
         ["modprobe", "amdgpu"],
         ["systemctl", "is-active", "containerd"],
         ["systemctl", "is-active", "crio"],
+        ["dpkg-query", "-W", "-f=${Status} ${Version}", "amdgpu-dkms"],
     ]
     assert json.loads((host.root / "var/lib/gpuop/driver/amd.json").read_text())["kernel"] == new
 
@@ -377,7 +411,7 @@ def test_uninstall_takes_off_what_install_put_on_and_a_second_run_changes_nothin
     assert hostfakes.recorded(root)[before:] == [
         ["uname", "-r"],
         ["modprobe", "-r", "amdgpu"],
-        ["dpkg-query", "-W", "-f=${Status}", "amdgpu-dkms"],
+        ["dpkg-query", "-W", "-f=${Status} ${Version}", "amdgpu-dkms"],
         ["apt-get", "purge", "-y", "amdgpu-dkms"],
         ["apt-get", "update"],
         ["depmod", "-a", "6.8.0-40-generic"],
@@ -396,7 +430,7 @@ def test_crio_node_gets_a_cdi_drop_in_and_nvidia_rhel_packages(tmp_path: Path) -
     commands = hostfakes.recorded(tmp_path)
     assert ["dnf", "install", "-y", f"kernel-devel-{ROCKY_KERNEL}", "kmod-nvidia-latest-dkms-550.127.05",
             "nvidia-container-toolkit"] in commands  # fmt: skip
-    assert commands[-1] == ["systemctl", "restart", "crio"]
+    assert commands[-2:] == [["systemctl", "restart", "crio"], [*RPM_QUERY, "kmod-nvidia-latest-dkms"]]
     drop_in = (tmp_path / "etc/crio/crio.conf.d/99-gpuop-cdi.conf").read_text()
     assert '[crio.runtime]\ncdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]' in drop_in
     assert (

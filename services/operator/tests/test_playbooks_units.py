@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 from gpuop_operator.devicecheck import check_devices
-from gpuop_operator.hostfacts import host_platform, missing_packages, parse_os_release
+from gpuop_operator.hostfacts import (
+    dpkg_version_key,
+    host_platform,
+    index_version,
+    missing_packages,
+    packages_to_install,
+    parse_os_release,
+    version_mismatches,
+)
 from gpuop_operator.jobresult import PlaybookSummary
 from gpuop_operator.playbookrun import (
     BUILTIN_DIR,
@@ -38,7 +46,7 @@ NOW = datetime(2026, 12, 3, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("os", "family", "codename"),
     [("ubuntu-22.04", "debian", "jammy"), ("ubuntu-24.04", "debian", "noble"), ("rocky-9.4", "rhel", ""),
-     ("rhel-9.4", "rhel", "")],
+     ("rhel-9.4", "rhel", ""), ("debian-12", "debian", "bookworm")],
 )  # fmt: skip
 def test_supported_platforms(os: str, family: str, codename: str) -> None:
     platform = host_platform(OS_RELEASES[os])
@@ -49,7 +57,7 @@ def test_supported_platforms(os: str, family: str, codename: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (OS_RELEASES["debian-12"], "Unsupported OS debian 12"),
+        ('ID=debian\nVERSION_ID="11"\nVERSION_CODENAME=bullseye\n', "Unsupported OS debian 11"),
         (OS_RELEASES["ubuntu-20.04"], "Unsupported OS ubuntu 20.04"),
         ('ID="rocky"\nVERSION_ID="8.9"\n', "Unsupported OS rocky 8.9"),
         ('ID="centos"\nVERSION_ID="9"\n', "Unsupported OS centos 9"),
@@ -70,12 +78,64 @@ def test_os_release_parsing_skips_comments_and_unquotes() -> None:
 
 def test_missing_packages_reads_dpkg_and_rpm_answers() -> None:
     results: list[dict[str, object]] = [
-        {"item": "a", "rc": 0, "stdout": "install ok installed"},
-        {"item": "b", "rc": 0, "stdout": "deinstall ok config-files"},
+        {"item": "a", "rc": 0, "stdout": "install ok installed 1.0-1"},
+        {"item": "b", "rc": 0, "stdout": "deinstall ok config-files 1.0-1"},
         {"item": "c", "rc": 1, "stdout": ""},
     ]
     assert missing_packages(results, "debian") == ["b", "c"]
     assert missing_packages(results, "rhel") == ["c"]
+
+
+AMD_INDEX = """Package: amdgpu-dkms-firmware
+Version: 1:6.10.5.60304-2125197.22.04
+
+Package: amdgpu-dkms
+Version: 1:6.10.5.60304-2125197.22.04
+Depends: amdgpu-dkms-firmware (= 1:6.10.5.60304-2125197.22.04)
+"""
+
+
+def test_index_version_takes_the_release_repository_package_not_a_version_pattern() -> None:
+    # amdgpu/6.3.4 holds amdgpu-dkms 1:6.10.5.60304-...: no "6.3" in it, so only the index can say.
+    assert index_version(AMD_INDEX, "amdgpu-dkms") == "1:6.10.5.60304-2125197.22.04"
+    assert index_version(AMD_INDEX, "amdgpu-dkms", "6.3.4") == ""
+    cuda = "".join(
+        f"Package: cuda-drivers-570\nVersion: {v}\n\n" for v in ("570.124.06-0ubuntu1", "570.133.20-0ubuntu1")
+    )
+    assert index_version(cuda, "cuda-drivers-570", "570.124.06") == "570.124.06-0ubuntu1"
+    assert index_version(cuda, "cuda-drivers-570", "570.86.15") == ""
+    assert index_version("\n6.8.5.60204-2070768.el9\n6.10.5.60304-2125197.el9\n", "amdgpu-dkms") == (
+        "6.10.5.60304-2125197.el9"
+    )
+
+
+def test_dpkg_version_order() -> None:
+    ordered = ["1.0~rc1-1", "1.0-1", "1.0-1ubuntu1", "1.0a-1", "1.10-1", "1:0.1-1"]
+    assert sorted(reversed(ordered), key=dpkg_version_key) == ordered
+
+
+def test_packages_to_install_pins_versions_and_upgrades_or_downgrades() -> None:
+    wanted = {"name": "amdgpu-dkms", "version": "1:6.8.5.60204-2070768.22.04"}
+    results: list[dict[str, object]] = [
+        {"item": "linux-headers-6.1.0-28-amd64", "rc": 0, "stdout": "install ok installed 6.1.119-1"},
+        {"item": wanted, "rc": 0, "stdout": "install ok installed 1:6.10.5.60304-2125197.22.04"},
+    ]
+    assert packages_to_install(results, "debian") == ["amdgpu-dkms=1:6.8.5.60204-2070768.22.04"]
+    assert version_mismatches(results, "debian") == [
+        "amdgpu-dkms is at 1:6.10.5.60304-2125197.22.04, wanted 1:6.8.5.60204-2070768.22.04"
+    ]
+    rhel: list[dict[str, object]] = [
+        {
+            "item": {"name": "kmod-nvidia-open-dkms", "version": "570.133.20"},
+            "rc": 0,
+            "stdout": "570.133.20-1.el9",
+        },
+        {"item": {"name": "amdgpu-dkms", "version": "6.10.5.60304-2125197.el9"}, "rc": 1, "stdout": ""},
+    ]
+    assert packages_to_install(rhel, "rhel") == ["amdgpu-dkms-6.10.5.60304-2125197.el9"]
+    assert version_mismatches(rhel, "rhel") == [
+        "amdgpu-dkms is not installed, wanted 6.10.5.60304-2125197.el9"
+    ]
 
 
 # --- containerd CDI -----------------------------------------------------------------------------
@@ -171,11 +231,14 @@ def test_vars_file_becomes_the_playbook_variables(tmp_path: Path) -> None:
     path.write_text(
         "vendor: amd\ndriver:\n  enable: true\n  version: '6.3'\n  blacklist: true\n"
         "  amdgpuInstallerRepoURL: https://mirror.example/radeon/\n  kernelModuleParameters: [noretry=1]\n"
+        "  cudaRepoURL: file:///srv/mirror/cuda/\n  containerToolkitRepoURL: http://mirror.example/nct\n"
     )
     extra = ansible_extra_vars(load_vars_file(path), Path("/host"))
     assert extra["host_exec"] == "chroot /host" and extra["gpu_vendor"] == "amd"
     assert extra["driver_version"] == "6.3" and extra["driver_blacklist"] is True
     assert extra["amdgpu_repo_url"] == "https://mirror.example/radeon"
+    assert extra["cuda_repo_url"] == "file:///srv/mirror/cuda"
+    assert extra["container_toolkit_repo_url"] == "http://mirror.example/nct"
     assert extra["kernel_module_parameters"] == ["noretry=1"]
     assert extra["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
     fakes = PlaybookVars.model_validate({"vendor": "amd", "hostExec": "python -m fakes --root {host_root}"})

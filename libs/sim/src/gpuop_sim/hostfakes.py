@@ -9,7 +9,8 @@ The fakes keep the state real tools keep, under the same root, so that a playboo
 its earlier commands did: installed packages (`dpkg-query`, `rpm -q`), built DKMS modules
 (`dkms status`), loaded modules (`/sys/module/<m>/initstate`), device nodes, active units.
 
-Where they differ from the real tools: no download, no compiler; a `*-dkms` (or NVIDIA kernel module)
+Where they differ from the real tools: no download (`curl` without `-o` answers a made-up vendor
+`Packages` index: `amd_dkms_version`, `NVIDIA_DRIVERS`), no compiler; a `*-dkms` (or NVIDIA kernel module)
 package "builds" for the running kernel at install time, as its postinst does. On a simulated node's
 root (a node profile, `gpuop_sim.drivertree`) `modprobe amdgpu` / `modprobe nvidia` move in the
 profile's own driver tree (the KFD/DRM tree `build_node_root` lays; the NVIDIA device nodes and the
@@ -156,6 +157,49 @@ def _split_pin(spec: str) -> tuple[str, str]:
     return name, version
 
 
+def _split_rpm(spec: str) -> tuple[str, str]:
+    """dnf's `name-VERSION[-RELEASE]` -> (name, version); kernel-* packages are install-only, one
+    per kernel, so their whole spec stays the name."""
+    match = re.fullmatch(r"(.+?)-(\d.*)", spec)
+    if match is None or spec.startswith("kernel-"):
+        return spec, ""
+    return match.group(1), match.group(2)
+
+
+def amd_dkms_version(release: str, family: str = "debian") -> str:
+    """The amdgpu-dkms version the fake AMD repository of a ROCm release holds: like AMD's, the DKMS
+    driver's own number with the release folded in (6.3.4 -> 60304), e.g. 1:6.10.5.60304-2125197.22.04."""
+    parts = [*release.split("."), "0", "0"][:3]
+    code = parts[0] + "".join(f"{int(p):02d}" if p.isdigit() else "00" for p in parts[1:])
+    return f"1:6.10.5.{code}-2125197.22.04" if family == "debian" else f"6.10.5.{code}-2125197.el9"
+
+
+# Driver versions the fake CUDA repositories hold (each in every branch-named and plain package).
+NVIDIA_DRIVERS = ("550.127.05", "570.86.15", "570.124.06", "570.133.20")
+
+
+def _repository_index(url: str) -> str | None:
+    """A `Packages` index like the vendor's at `url`, or None for a URL the fakes do not serve."""
+    amd = re.search(r"/amdgpu/([^/]+)/ubuntu/dists/[^/]+/main/binary-amd64/Packages$", url)
+    if amd:
+        return f"Package: amdgpu-dkms\nVersion: {amd_dkms_version(amd.group(1))}\nArchitecture: amd64\n"
+    cuda = re.search(r"/(ubuntu\d+|debian\d+)/x86_64/Packages$", url)
+    if cuda:
+        stanzas = []
+        for driver in NVIDIA_DRIVERS:
+            version = f"{driver}-0ubuntu1" if cuda.group(1).startswith("ubuntu") else f"{driver}-1"
+            branch = driver.split(".")[0]
+            for name in (
+                f"nvidia-driver-{branch}-open",
+                f"cuda-drivers-{branch}",
+                "nvidia-open",
+                "cuda-drivers",
+            ):
+                stanzas.append(f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n")
+        return "\n".join(stanzas)
+    return None
+
+
 def _module_of(package: str) -> str:
     """The kernel module a module package provides."""
     if "amdgpu" in package:
@@ -185,11 +229,13 @@ def _build(root: Path, module: str, version: str, kernel: str, built: dict[str, 
     return True
 
 
-def _install(root: Path, packages: list[str], error_code: int) -> int:
+def _install(
+    root: Path, packages: list[str], error_code: int, split: Callable[[str], tuple[str, str]] = _split_pin
+) -> int:
     db = _load(root / PACKAGES)
     built = _load(root / DKMS)  # "<module>/<kernel>" -> module version
     for spec in packages:
-        name, version = _split_pin(spec)
+        name, version = split(spec)
         module_package = _MODULE_PACKAGES.search(name) is not None
         if module_package and not _build(root, _module_of(name), version or "1.0", _kernel(root), built):
             return error_code
@@ -238,10 +284,16 @@ def dnf(root: Path, args: list[str]) -> int:
     words = _package_args(args)
     verb, packages = (words[0], words[1:]) if words else ("", [])
     if verb == "install":
-        return _install(root, packages, error_code=1)
+        return _install(root, packages, error_code=1, split=_split_rpm)
     if verb in ("remove", "erase", "autoremove"):
         return _remove(root, packages)
     if verb in ("makecache", "clean"):
+        return 0
+    if verb == "repoquery":  # the enabled amdgpu repository's versions of the package
+        repo = root / "etc/yum.repos.d/amdgpu.repo"
+        release = re.search(r"/amdgpu/([^/]+)/", repo.read_text()) if repo.is_file() else None
+        if release and "amdgpu-dkms" in packages:
+            print(amd_dkms_version(release.group(1), "rhel"))
         return 0
     print(f"No such command: {verb}.", file=sys.stderr)
     return 1
@@ -260,9 +312,16 @@ def dpkg_query(root: Path, args: list[str]) -> int:
 
 def rpm(root: Path, args: list[str]) -> int:
     db = _load(root / PACKAGES)
-    missing = [name for name in _package_args(args) if name not in db]
-    for name in _package_args(args):
-        print(f"{name}-{db[name]}" if name in db else f"package {name} is not installed")
+    fmt = _option(args, "--qf", "--queryformat")
+    names = [a for a in _package_args(args) if a != fmt]
+    missing = [name for name in names if name not in db]
+    for name in names:
+        if name not in db:
+            print(f"package {name} is not installed")
+        elif fmt is not None:  # db versions are VERSION-RELEASE
+            print(fmt.replace("%{VERSION}-%{RELEASE}", db[name]), end="")
+        else:
+            print(f"{name}-{db[name]}")
     return 1 if missing else 0
 
 
@@ -331,6 +390,14 @@ def _lay_nvidia(root: Path) -> None:
 
 
 _LAYERS: dict[str, Callable[[Path], None]] = {"amdgpu": _lay_amdgpu, "nvidia": _lay_nvidia}
+DRIVER_TREE_MODULES = tuple(_LAYERS)
+
+
+def lay_driver_tree(root: Path, module: str) -> None:
+    """Lay what `modprobe <module>` lays on a bare root (no node profile) for its PCI GPUs."""
+    _LAYERS[module](root)
+
+
 _DEV_NODES = {"nvidia-uvm": ("nvidia-uvm", "nvidia-uvm-tools"), "nvidia-modeset": ("nvidia-modeset",)}
 
 
@@ -470,8 +537,16 @@ def reboot(root: Path, args: list[str]) -> int:
 
 
 def curl(root: Path, args: list[str]) -> int:
-    if "-o" not in args or args.index("-o") + 1 >= len(args):
-        print("curl: this fake needs -o FILE", file=sys.stderr)
+    if "-o" not in args:  # a repository index to stdout
+        url = next((a for a in args if a.startswith(("http://", "https://", "file:"))), "")
+        index = _repository_index(url)
+        if index is None:
+            print(f"curl: (22) The requested URL returned error: 404 ({url})", file=sys.stderr)
+            return 22
+        print(index, end="")
+        return 0
+    if args.index("-o") + 1 >= len(args):
+        print("curl: -o needs a FILE", file=sys.stderr)
         return 2
     target = args[args.index("-o") + 1]
     url = next((a for a in args if a.startswith(("http://", "https://"))), "")

@@ -6,6 +6,7 @@ the decision "supported or not" is made (and tested) in one place, before any ta
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Literal, TypedDict
 
@@ -14,6 +15,7 @@ Family = Literal["debian", "rhel", ""]
 # Supported distributions: ID -> (family, versions). RHEL-family entries name the major version.
 SUPPORTED: dict[str, tuple[Family, tuple[str, ...]]] = {
     "ubuntu": ("debian", ("22.04", "24.04")),
+    "debian": ("debian", ("12",)),
     "rhel": ("rhel", ("9",)),
     "rocky": ("rhel", ("9",)),
     "almalinux": ("rhel", ("9",)),
@@ -25,7 +27,7 @@ class HostPlatform(TypedDict):
     version: str  # VERSION_ID as written, e.g. "22.04" or "9.4"
     major: str
     family: Family
-    codename: str  # Ubuntu's VERSION_CODENAME, "" elsewhere
+    codename: str  # VERSION_CODENAME (Ubuntu, Debian), "" elsewhere
     supported: bool
     message: str  # why not supported, "" when it is
 
@@ -64,22 +66,120 @@ def host_platform(os_release: str) -> HostPlatform:
     )
 
 
-def package_installed(family: str, rc: int, stdout: str) -> bool:
-    """Read one package query: `dpkg-query -W -f=${Status} P` (Debian) or `rpm -q P` (RHEL)."""
+def installed_version(family: str, rc: int, stdout: str) -> str | None:
+    """Read one package query: `dpkg-query -W -f='${Status} ${Version}' P` (Debian) or
+    `rpm -q --qf '%{VERSION}-%{RELEASE}' P` (RHEL); None when the package is not installed."""
     if rc != 0:
+        return None
+    if family == "debian":
+        status, _, version = stdout.strip().rpartition(" ")
+        return version if status.endswith("ok installed") else None
+    return stdout.strip() or None
+
+
+def installed_version_of(result: dict[str, object], family: str) -> str:
+    """The version one registered package query found installed, "" when none."""
+    return installed_version(family, int(str(result.get("rc", 1))), str(result.get("stdout", ""))) or ""
+
+
+def version_matches(family: str, installed: str | None, wanted: str) -> bool:
+    """`wanted` empty: any version. dnf's `name-VERSION` takes any release of VERSION, so on RHEL
+    `570.133.20` matches `570.133.20-1.el9`; apt's `name=VERSION` is exact."""
+    if installed is None:
         return False
-    return family != "debian" or "ok installed" in stdout
+    if not wanted or installed == wanted:
+        return True
+    return family != "debian" and installed.startswith(f"{wanted}-")
+
+
+def _query(result: dict[str, object]) -> tuple[str, str, int, str]:
+    item = result.get("item")
+    spec = item if isinstance(item, dict) else {"name": item}
+    return (
+        str(spec["name"]),
+        str(spec.get("version") or ""),
+        int(str(result.get("rc", 1))),
+        str(result.get("stdout", "")),
+    )
+
+
+def packages_to_install(results: list[dict[str, object]], family: str) -> list[str]:
+    """Install arguments for the queried packages (items `{name, version}` or names) that are missing or
+    at another version: `name=VERSION` for apt, `name-VERSION` for dnf, the bare name when any will do."""
+    specs = []
+    for result in results:
+        name, wanted, rc, stdout = _query(result)
+        if not version_matches(family, installed_version(family, rc, stdout), wanted):
+            specs.append(f"{name}{'=' if family == 'debian' else '-'}{wanted}" if wanted else name)
+    return specs
+
+
+def installed_matches(installed: str, family: str, wanted: str) -> bool:
+    """Filter form of `version_matches` for an installed version read before ("" = not installed)."""
+    return version_matches(family, installed or None, wanted)
+
+
+def version_mismatches(results: list[dict[str, object]], family: str) -> list[str]:
+    """What is wrong after an install, one line per package not at its wanted version."""
+    problems = []
+    for result in results:
+        name, wanted, rc, stdout = _query(result)
+        found = installed_version(family, rc, stdout)
+        if not version_matches(family, found, wanted):
+            problems.append(
+                f"{name} is {'at ' + found if found else 'not installed'}, wanted {wanted or 'any version'}"
+            )
+    return problems
 
 
 def missing_packages(results: list[dict[str, object]], family: str) -> list[str]:
-    """The `item`s of a looped package query (registered results) that are not installed."""
-    return [
-        str(r["item"])
-        for r in results
-        if not package_installed(family, int(str(r.get("rc", 1))), str(r.get("stdout", "")))
-    ]
+    """The names of a looped package query (registered results) that are not installed."""
+    return [name for name, _, rc, out in map(_query, results) if installed_version(family, rc, out) is None]
 
 
 def installed_packages(results: list[dict[str, object]], family: str) -> list[str]:
     missing = set(missing_packages(results, family))
-    return [str(r["item"]) for r in results if str(r["item"]) not in missing]
+    return [name for name, *_ in map(_query, results) if name not in missing]
+
+
+def _dpkg_part(text: str) -> list[tuple[int, int]]:
+    """dpkg's ordering of an upstream version or revision: letters before non-letters, `~` first,
+    digit runs numerically."""
+    key: list[tuple[int, int]] = []
+    for chunk in re.findall(r"\d+|\D+", text):
+        if chunk.isdigit():
+            key.append((1, int(chunk)))
+        else:
+            key += [(0, -1 if c == "~" else (ord(c) if c.isalpha() else ord(c) + 256)) for c in chunk]
+            key.append((0, 0))
+    return [*key, (0, 0)]  # the end sorts after `~`, before anything else
+
+
+def dpkg_version_key(version: str) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
+    epoch, _, rest = version.rpartition(":")
+    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
+    return int(epoch or 0), _dpkg_part(upstream), _dpkg_part(revision)
+
+
+def upstream_version(version: str) -> str:
+    """`1:570.133.20-1` -> `570.133.20` (no epoch, no Debian revision)."""
+    rest = version.rpartition(":")[2]
+    return rest.rpartition("-")[0] if "-" in rest else rest
+
+
+def index_version(index: str, package: str, upstream: str = "") -> str:
+    """The version of `package` to install from a repository index: an apt `Packages` file (stanzas
+    of `Package:`/`Version:`) or `dnf repoquery` lines of versions. `upstream` set: only versions whose
+    upstream part is it (NVIDIA: `570.133.20` -> `570.133.20-0ubuntu1`); empty: every version, as in
+    AMD's per-release repositories, whose amdgpu-dkms numbering is not the ROCm release's. The highest
+    of those, "" when none."""
+    versions: list[str] = []
+    if "Package:" in index:
+        for stanza in re.split(r"\n\s*\n", index):
+            fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, flags=re.MULTILINE))
+            if fields.get("Package") == package and fields.get("Version"):
+                versions.append(fields["Version"].strip())
+    else:
+        versions = [line.strip() for line in index.splitlines() if line.strip()]
+    found = [v for v in versions if not upstream or upstream_version(v) == upstream or v == upstream]
+    return max(found, key=dpkg_version_key, default="")

@@ -76,6 +76,8 @@ def ansible_extra_vars(settings: PlaybookVars, host_root: Path) -> dict[str, Any
         "kernel_module_type": driver.kernel_module_type,
         "kernel_module_parameters": list(driver.kernel_module_parameters),
         "amdgpu_repo_url": driver.amdgpu_installer_repo_url.rstrip("/"),
+        "cuda_repo_url": driver.cuda_repo_url.rstrip("/"),
+        "container_toolkit_repo_url": driver.container_toolkit_repo_url.rstrip("/"),
         "container_runtime": settings.container_runtime,
         "cdi_spec_dirs": list(settings.cdi_spec_dirs),
         "gpu_pci_addresses": list(settings.gpus),

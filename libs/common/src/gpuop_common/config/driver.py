@@ -16,6 +16,8 @@ IntOrPercent = Annotated[
     ),
 ]
 
+# A package repository root; file: is a mirror on the node's own disk (air-gapped sites).
+REPO_URL_PATTERN = r"^(https?|file)://[^\s]+$"
 ModuleParameter = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+=[^\s]*$", max_length=256)]
 
 
@@ -97,8 +99,20 @@ class DriverConfig(ImageSettings):
     amdgpu_installer_repo_url: str = Field(
         "https://repo.radeon.com",
         alias="amdgpuInstallerRepoURL",
-        pattern=r"^https?://[^\s]+$",
+        pattern=REPO_URL_PATTERN,
         description="Package repository root used to build the AMD driver.",
+    )
+    cuda_repo_url: str = Field(
+        "https://developer.download.nvidia.com/compute/cuda/repos",
+        alias="cudaRepoURL",
+        pattern=REPO_URL_PATTERN,
+        description="NVIDIA CUDA repository root (holds ubuntu2204/x86_64, debian12/x86_64, rhel9/x86_64).",
+    )
+    container_toolkit_repo_url: str = Field(
+        "https://nvidia.github.io/libnvidia-container",
+        alias="containerToolkitRepoURL",
+        pattern=REPO_URL_PATTERN,
+        description="NVIDIA container toolkit repository root (holds stable/deb and stable/rpm).",
     )
     kernel_module_parameters: list[ModuleParameter] = Field(
         default_factory=list,
