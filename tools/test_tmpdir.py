@@ -48,7 +48,11 @@ def choose(environ: dict[str, str], candidates: tuple[Path, ...], available: int
 def main() -> int:
     base = choose(dict(os.environ), CANDIDATES, mem_available())
     # Short: the simulator puts unix sockets deep under it (gpuop_sim.shortpaths).
-    print(tempfile.mkdtemp(prefix="g-", dir=base))
+    tmp = tempfile.mkdtemp(prefix="g-", dir=base)
+    # A TMPDIR like /tmp (1777, not mkdtemp's 0700): process-mode pods run as non-root users and
+    # must reach the simulator's state dirs under it.
+    os.chmod(tmp, 0o1777)
+    print(tmp)
     return 0
 
 

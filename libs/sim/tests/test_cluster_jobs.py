@@ -187,3 +187,20 @@ def test_restarting_stub_pod_goes_through_crash_loop_back_off(cluster: SimCluste
     assert (last["exitCode"], last["reason"]) == (1, "Error")
     assert pod["status"]["phase"] == "Running"
     api.delete(PODS, "crasher", NS)
+
+
+def test_job_pods_keep_host_namespaces_and_get_the_servers_defaults(cluster: SimCluster) -> None:
+    # Operator tests check these fields on every Job the operator makes, so they must survive.
+    api = cluster.api()
+    job = driver_job("host-namespaces", 0.2)
+    template_spec = job["spec"]["template"]["spec"]
+    template_spec.update(hostNetwork=True, hostPID=True)
+    template_spec["containers"][0]["ports"] = [{"containerPort": 9100}]
+    stored = api.create(JOBS, job, NS)
+    pod = cluster.wait_for(lambda: next(iter(job_pods(api, "host-namespaces")), None), 10)
+    for spec in (stored["spec"]["template"]["spec"], pod["spec"]):
+        assert spec["hostNetwork"] is True and spec["hostPID"] is True
+        assert spec["dnsPolicy"] == "ClusterFirst"
+        assert spec["containers"][0]["ports"] == [
+            {"containerPort": 9100, "hostPort": 9100, "protocol": "TCP"}
+        ]

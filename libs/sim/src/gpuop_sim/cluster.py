@@ -31,7 +31,7 @@ from gpuop_sim.apiserver import SimApiServer
 from gpuop_sim.crilog import PodLogFiles, instance_log, instances, read_content
 from gpuop_sim.kubelet import KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo, build_node_root
-from gpuop_sim.shortpaths import short_tmp_dir
+from gpuop_sim.shortpaths import short_tmp_dir, untraversable_parent
 from gpuop_sim.workloads.kubeapi import EVENTS, NODES, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
@@ -197,6 +197,20 @@ class SimCluster:
         self.controllers: ControllerManager | None = None
         self.kubelets: SimKubelets | None = None
 
+    def _check_reachable_by_containers(self) -> None:
+        """Process containers run as their image's user: refuse a state dir or kubeconfig they could
+        not reach (a 0700 parent, as tempfile.mkdtemp makes), rather than fail in every pod later."""
+        if self.pods_mode != "process" or os.geteuid() != 0:
+            return
+        for path in (self.state_dir, self.kubeconfig.parent):
+            closed = untraversable_parent(path)
+            if closed is not None:
+                raise ValueError(
+                    f"{closed} (under {path}) is closed to other users; process-mode containers run "
+                    "as their image's user (e.g. 65532) and could not reach the node roots, volumes "
+                    "and kubeconfig: make it 0755 (or 1777 for a temp dir)"
+                )
+
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> SimCluster:
         try:
@@ -208,6 +222,7 @@ class SimCluster:
 
     def _start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._check_reachable_by_containers()
         self.server = SimApiServer(host=self._host, port=self._port, controllers=True)
         # pods/log reads the files the simulated kubelets write (a real server asks the node's kubelet).
         self.server.pod_logs = PodLogFiles(self.state_dir / "pods")

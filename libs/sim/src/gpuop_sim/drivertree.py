@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
+
+from gpuop_sim.jsonfile import write_json_atomic
 
 SIM_DIR = Path(".gpuop-sim")
 TREES = SIM_DIR / "driver"
@@ -156,9 +157,4 @@ def _set_nvml_driver(root: Path, module: str, *, loaded: bool) -> None:
 
 
 def _write_json(path: Path, data: object) -> None:
-    """Atomic replace, so a reader in another process never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1)
-    os.replace(tmp, path)
+    write_json_atomic(path, data)

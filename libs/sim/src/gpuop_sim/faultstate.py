@@ -16,14 +16,13 @@ Stdlib only: the host-command fakes import it in a process per command.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gpuop_sim import drivertree
+from gpuop_sim.jsonfile import write_json_atomic
 
 FAULTS = drivertree.SIM_DIR / "faults.json"
 NVML_STATE = Path("var/lib/gpuop-sim/nvml.json")  # = nodes.nvml_state.STATE_RELPATH (pydantic there)
@@ -60,11 +59,7 @@ def save(root: Path, faults: list[Fault]) -> None:
     if not faults:  # no fault left: the root looks as it did before the first one
         path.unlink(missing_ok=True)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".faults-", suffix=".json")
-    with os.fdopen(fd, "w") as handle:
-        json.dump([asdict(f) for f in faults], handle, indent=1)
-    os.replace(tmp, path)
+    write_json_atomic(path, [asdict(f) for f in faults])
 
 
 def record(root: Path, fault: Fault) -> Fault:
@@ -95,10 +90,7 @@ def _set_nvml_lost(root: Path, uuid: str, lost: bool) -> None:
     for gpu in state.get("gpus", []):
         if gpu.get("uuid") == uuid:
             gpu["lost"] = lost
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".nvml-", suffix=".json")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(state, handle, indent=1)
-    os.replace(tmp, path)
+    write_json_atomic(path, state)
 
 
 def zero_ras(root: Path, relpath: str) -> None:

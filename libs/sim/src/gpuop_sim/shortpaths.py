@@ -21,5 +21,18 @@ def short_tmp_base() -> str:
 
 
 def short_tmp_dir(prefix: str) -> Path:
-    """A fresh directory under the short base; the caller removes it."""
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=short_tmp_base()))
+    """A fresh directory under the short base; the caller removes it.
+
+    0755, not mkdtemp's 0700: process-mode containers run as their image's user (often not root)
+    and must reach their node root, volumes and the kubeconfig below it, as on a node."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=short_tmp_base()))
+    path.chmod(0o755)
+    return path
+
+
+def untraversable_parent(path: Path) -> Path | None:
+    """The first directory from `/` down to `path` that other users cannot enter; None if none."""
+    for directory in (*reversed(path.resolve().parents), path.resolve()):
+        if directory.is_dir() and not directory.stat().st_mode & 0o001:
+            return directory
+    return None

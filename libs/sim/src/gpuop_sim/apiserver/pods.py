@@ -53,8 +53,15 @@ def default_pod_spec(spec: JsonObj) -> None:
         _default_container(c)
     for c in spec.get("containers") or []:
         _default_container(c)
+    if spec.get("hostNetwork"):
+        # The pod shares the node's network: each container port is also the host port.
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            for port in c.get("ports") or []:
+                if not port.get("hostPort"):
+                    port["hostPort"] = port.get("containerPort")
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
+    # ClusterFirst also with hostNetwork (the kubelet then resolves as Default), as the real server.
     spec.setdefault("dnsPolicy", "ClusterFirst")
     if spec.get("serviceAccountName"):
         spec.setdefault("serviceAccount", spec["serviceAccountName"])

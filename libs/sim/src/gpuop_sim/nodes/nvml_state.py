@@ -6,12 +6,11 @@ faults written by a test are seen by a service process that was started earlier.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+
+from gpuop_sim.jsonfile import write_json_atomic
 
 STATE_RELPATH = Path("var/lib/gpuop-sim/nvml.json")
 
@@ -117,8 +116,4 @@ def load_state(path: Path) -> NvmlState:
 
 def save_state(path: Path, state: NvmlState) -> None:
     """Atomic replace, so a reader in another process never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".nvml-", suffix=".json")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(state.model_dump(mode="json"), handle, indent=1)
-    os.replace(tmp, path)
+    write_json_atomic(path, state.model_dump(mode="json"))

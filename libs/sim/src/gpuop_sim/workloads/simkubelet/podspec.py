@@ -25,10 +25,11 @@ IMAGE_PATH = f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr
 class ContainerConfigError(ValueError):
     """The container cannot be started; `reason` is the kubelet-style waiting reason."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, container: str = "") -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.container = container  # the container it is about, once known
 
 
 def image_script_name(image: str) -> str:
@@ -148,16 +149,19 @@ def build_env(
     ctx: PodContext,
     configmaps: Mapping[str, Obj],
     secrets: Mapping[str, Obj],
+    *,
+    home: str = "/root",
 ) -> dict[str, str]:
     """Container env: node env, then envFrom, then env entries, then the sim's injected variables.
 
     Later entries win, so the injected NODE_NAME/GPUOP_* values always describe the simulated node.
+    `home` is the HOME the runtime gives the container's user.
     """
     namespace = str(meta(pod).get("namespace") or "default")
     # What the image and the runtime give every container before the pod's own env: a PATH (the
     # image's, here the interpreter's bin dir where the console scripts live, then the runtime's
     # default) and HOME. Tools a container runs (a shell, ansible's `mkdir`) are found through it.
-    env: dict[str, str] = {"PATH": IMAGE_PATH, "HOME": "/root"}
+    env: dict[str, str] = {"PATH": IMAGE_PATH, "HOME": home}
     env.update(ctx.node_env)
     for source in container.get("envFrom") or []:
         prefix = str(source.get("prefix") or "")

@@ -3,12 +3,17 @@
 Like a container runtime, the output goes through pipes: a reader thread per stream stamps each line
 with the time it arrived and appends it as a CRI record (`gpuop_sim.crilog`), so `kubectl logs
 --timestamps`, `--since` and `--tail` see per-line times.
+
+Like a runtime, it starts the process as the container's `RunIdentity` (uid, groups, capability
+bounding set, no_new_privs) through util-linux `setpriv`, so the kernel enforces it. That needs root;
+a simulator run by another user starts containers as itself (and they can do only what it can).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -18,6 +23,45 @@ from pathlib import Path
 from typing import IO
 
 from gpuop_sim.crilog import MAX_RECORD_BYTES, format_record
+from gpuop_sim.workloads.simkubelet.identity import RunIdentity
+
+SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+
+
+def can_change_identity() -> bool:
+    return os.geteuid() == 0
+
+
+def run_as_argv(identity: RunIdentity, argv: list[str]) -> list[str]:
+    """`argv` started by setpriv as `identity`: ids and groups, then the capability sets.
+
+    The inheritable set is cleared (containerd sets none), which clears the ambient set too. A
+    bounding set is given only when narrower than everything (privileged keeps the node's own)."""
+    groups = (
+        ["--clear-groups"] if not identity.groups else [f"--groups={','.join(map(str, identity.groups))}"]
+    )
+    caps = []
+    if identity.capabilities is not None:
+        caps.append(",".join(["-all", *(f"+{c.lower()}" for c in sorted(identity.capabilities))]))
+    return [
+        SETPRIV,
+        f"--reuid={identity.uid}",
+        f"--regid={identity.gid}",
+        *groups,
+        *(f"--bounding-set={c}" for c in caps),
+        "--inh-caps=-all",
+        *(["--no-new-privs"] if identity.no_new_privs else []),
+        "--",
+        *argv,
+    ]
+
+
+def container_argv(identity: RunIdentity | None, argv: list[str]) -> list[str]:
+    """What to exec for a container (or an exec probe in it) running as `identity`."""
+    if identity is None or not can_change_identity():
+        return list(argv)
+    return run_as_argv(identity, argv)
+
 
 # How long an exited container's pipes may stay open (a child still holding them) before its exit is
 # reported anyway; normally both reach end-of-file as the process exits.
@@ -27,8 +71,16 @@ _DRAIN_SECONDS = 2.0
 class ContainerProcess:
     """Start, poll and stop one container process; its whole process group goes with it."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], cwd: Path, log_path: Path) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        log_path: Path,
+        identity: RunIdentity | None = None,
+    ) -> None:
         self.argv = argv
+        self.identity = identity
         self.env = dict(env)
         self.cwd = cwd
         self.log_path = log_path
@@ -45,7 +97,7 @@ class ContainerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
         self._popen = subprocess.Popen(
-            self.argv,
+            container_argv(self.identity, self.argv),
             env=self.env,
             cwd=self.cwd,
             stdin=subprocess.DEVNULL,

@@ -177,3 +177,6 @@ def refresh_pod_volumes(
                 write_atomic_dir(target, service_account_files(namespace, "sim-token"))
         else:
             target.mkdir(parents=True, exist_ok=True)
+            if "emptyDir" in volume:
+                # The kubelet makes an emptyDir 0777: any container user may write to it.
+                target.chmod(0o777)

@@ -25,6 +25,7 @@ from gpuop_sim.crilog import instance_log, pod_dir_name, read_content
 from gpuop_sim.workloads.kubeapi import PODS, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, meta, name_of, namespace_of, spec_of
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
+from gpuop_sim.workloads.simkubelet.identity import RunIdentity, image_user, run_identity
 from gpuop_sim.workloads.simkubelet.podspec import (
     ContainerConfigError,
     PodContext,
@@ -42,7 +43,7 @@ from gpuop_sim.workloads.simkubelet.probestate import (
     ProbeTiming,
     container_probe_timings,
 )
-from gpuop_sim.workloads.simkubelet.process import ContainerProcess
+from gpuop_sim.workloads.simkubelet.process import ContainerProcess, container_argv
 from gpuop_sim.workloads.simkubelet.status import ContainerState, comparable, pod_status
 from gpuop_sim.workloads.simkubelet.termination import (
     TerminationSpecError,
@@ -98,6 +99,7 @@ class _Container:
     timings: Mapping[ProbeKind, ProbeTiming]
     termination_file: Path  # the host file behind the container's terminationMessagePath
     termination_policy: str
+    identity: RunIdentity
     process: ContainerProcess | None = None
     probes: ContainerProbes | None = None  # this run's probe counters; a restart starts new ones
     restart_at: float = 0.0
@@ -137,6 +139,7 @@ class PodWorker:
         self._last_status: Obj | None = None
         self._start_time = utc_now()
         self._volume_versions: dict[str, str] = {}
+        self._config_error_reported = ""  # the last config error posted as an Event
         self._events = EventRecorder(rest.api_client, "kubelet", host=runtime.name)
         self.finished = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pod-{name_of(pod)}", daemon=True)
@@ -205,6 +208,7 @@ class PodWorker:
                 self._prepare()
                 return
             except ContainerConfigError as error:
+                self._report_config_error(error)
                 states = [
                     ContainerState(
                         str(c.get("name")), str(c.get("image")), reason=error.reason, message=error.message
@@ -231,6 +235,15 @@ class PodWorker:
                     if self._stop.wait(_TICK):
                         break
 
+    def _report_config_error(self, error: ContainerConfigError) -> None:
+        """The kubelet's `Failed` Event for a container it could not create; once per message here,
+        where a kubelet posts it at every sync and the Event count goes up."""
+        if error.reason != "CreateContainerConfigError" or error.message == self._config_error_reported:
+            return
+        self._config_error_reported = error.message
+        containers = [str(c.get("name")) for c in spec_of(self.pod).get("containers") or []]
+        self._event(error.container or containers[0], "Warning", "Failed", f"Error: {error.message}")
+
     def _prepare(self) -> None:
         pod = self.pod
         ctx = PodContext(self.runtime.name, self.runtime.address, self.runtime.kubeconfig, self.runtime.env)
@@ -241,20 +254,26 @@ class PodWorker:
         # Everything that can fail and be retried comes before device admission, which must not repeat.
         resolved = []
         for spec in specs:
-            mounts = container_mounts(spec, volumes)
-            command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
-            env = build_env(spec, pod, ctx, configmaps, secrets)
             where = f"spec.containers[{spec.get('name')}]"
             try:
+                mounts = container_mounts(spec, volumes)
+                command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
+                identity = run_identity(pod, spec, image_user(str(spec.get("image") or "")))
+                env = build_env(spec, pod, ctx, configmaps, secrets, home=identity.home)
                 timings = container_probe_timings(spec, where)
                 termination = (message_path(spec, where), message_policy(spec, where))
+            except ContainerConfigError as error:
+                error.container = str(spec.get("name") or "")
+                raise
             except (ProbeSpecError, TerminationSpecError) as error:
-                raise ContainerConfigError("CreateContainerConfigError", str(error)) from error
-            resolved.append((spec, mounts, command, env, timings, termination))
+                raise ContainerConfigError(
+                    "CreateContainerConfigError", str(error), str(spec.get("name") or "")
+                ) from error
+            resolved.append((spec, mounts, command, env, timings, termination, identity))
         granted = admit_devices(self._devices, self.runtime.root, (namespace_of(pod), name_of(pod)), specs)
         self._allocated = granted is not None
         containers = []
-        for spec, volume_mounts, command, env, timings, (term_path, term_policy) in resolved:
+        for spec, volume_mounts, command, env, timings, (term_path, term_policy), identity in resolved:
             name = str(spec.get("name") or "")
             grant = (granted or {}).get(name)
             term_file = self.pod_dir / "termination" / name / "termination-log"
@@ -276,6 +295,7 @@ class PodWorker:
                     timings=timings,
                     termination_file=term_file,
                     termination_policy=term_policy,
+                    identity=identity,
                 )
             )
         self._containers = containers
@@ -311,7 +331,11 @@ class PodWorker:
         # Each container instance starts with an empty termination-message file, as a new mount.
         container.termination_file.parent.mkdir(parents=True, exist_ok=True)
         container.termination_file.write_bytes(b"")
-        process = ContainerProcess(container.argv, container.env, self.pod_dir / "cwd", log_path)
+        # Writable whoever the container runs as, as the kubelet makes it (0666).
+        container.termination_file.chmod(0o666)
+        process = ContainerProcess(
+            container.argv, container.env, self.pod_dir / "cwd", log_path, container.identity
+        )
         try:
             process.start()
         except OSError as error:
@@ -404,7 +428,9 @@ class PodWorker:
                 "pod %s container %s %s probe: %s", name_of(self.pod), container.state.name, kind, message
             )
             if verdict.counted_failure:
-                self._event(container, "Warning", "Unhealthy", f"{kind.label} probe failed: {message}")
+                self._event(
+                    container.state.name, "Warning", "Unhealthy", f"{kind.label} probe failed: {message}"
+                )
             if verdict.kill:
                 self._kill_unhealthy(container, process, kind, message)
                 return
@@ -425,19 +451,22 @@ class PodWorker:
             message,
         )
         self._event(
-            container, "Normal", "Killing", f"Container {name} failed {kind} probe, will be restarted"
+            container.state.name,
+            "Normal",
+            "Killing",
+            f"Container {name} failed {kind} probe, will be restarted",
         )
         container.state.ready = False
         process.stop(self._grace())
 
-    def _event(self, container: _Container, type: EventType, reason: str, message: str) -> None:
+    def _event(self, container: str, type: EventType, reason: str, message: str) -> None:
         pod = self.pod
         about = ObjectRef(
             kind="Pod",
             name=name_of(pod),
             namespace=namespace_of(pod),
             uid=self.uid,
-            field_path=f"spec.containers{{{container.state.name}}}",
+            field_path=f"spec.containers{{{container}}}",
         )
         self._events.record(about, reason, message, type)
 
@@ -446,6 +475,7 @@ class PodWorker:
             script = self.runtime.scripts_dir / Path(command[0]).name
             argv = [str(script) if script.is_file() else command[0]]
             argv += [rewrite_path(a, container.mounts) for a in command[1:]]
+            argv = container_argv(container.identity, argv)
             done = subprocess.run(argv, env=container.env, capture_output=True, timeout=timeout, check=False)
             return done.returncode
 
