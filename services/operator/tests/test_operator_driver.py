@@ -125,7 +125,8 @@ def test_fresh_nodes_get_one_privileged_job_each_and_operands_only_after_it(
     assert pod["nodeName"] == "amd-0" and pod["hostPID"] is True
     assert pod["tolerations"] == [{"operator": "Exists"}]
     container = pod["containers"][0]
-    assert container["securityContext"] == {"privileged": True}
+    assert container["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsGroup": 0}
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert container["args"][:6] == [
         "playbook",
         "driver-install",
