@@ -41,3 +41,14 @@ def test_the_priority_class_is_a_setting_and_empty_means_none() -> None:
     )
     none = JobSettings(namespace="ns", release="r", image="i", priority_class="")
     assert "priorityClassName" not in pod_spec(build_job(none, "driver-install", "n", "amd", driver))
+
+
+def test_spec_driver_image_runs_the_jobs_and_empty_means_the_operators_own() -> None:
+    custom = DriverConfig(image="registry.example:5000/gpuop/gpuop-operator:0.1.0", imagePullPolicy="Always")
+    (container,) = pod_spec(build_job(SETTINGS, "driver-install", "n", "amd", custom))["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == (custom.image, "Always")
+    (container,) = pod_spec(build_job(SETTINGS, "driver-install", "n", "amd", DriverConfig()))["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == (SETTINGS.image, SETTINGS.image_pull_policy)
+    mirror = DriverConfig(image="mirror.example/gpuop-operator:0.1.0")  # no pull policy written
+    (container,) = pod_spec(build_job(SETTINGS, "gpu-reset", "n", "amd", mirror))["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == (mirror.image, SETTINGS.image_pull_policy)

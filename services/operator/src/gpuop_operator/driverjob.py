@@ -1,7 +1,8 @@
 """The per-node playbook Job: its manifest, its name, and what a finished one reports (pure).
 
 One Job per node and operation, named deterministically, so a restarted operator finds (adopts) the
-Job it started instead of starting a second one. The Job runs the operator's own image as
+Job it started instead of starting a second one. The Job runs the operator's own image (or `spec.driver.image`, which must
+contain the same entrypoint) as
 `gpuop-operator playbook <name> --host-root /host --extra-vars-file F`. Why each privilege is there:
 - `runAsUser: 0` / `runAsGroup: 0`: the operator image runs as 65532 (the operator itself stays
   non-root), and `chroot` needs CAP_SYS_CHROOT as root; `privileged` alone keeps the image's user,
@@ -80,6 +81,14 @@ def job_name(release: str, operation: Operation, node: str) -> str:
     return f"{base}{cleaned[:room].strip('-')}-{digest}"
 
 
+def _pull_policy(settings: JobSettings, driver: DriverConfig) -> str:
+    """`spec.driver.imagePullPolicy` when the user wrote it, else the operator's own (its field
+    default cannot tell "IfNotPresent" chosen from "IfNotPresent" by default)."""
+    if "image_pull_policy" in driver.model_fields_set:
+        return driver.image_pull_policy
+    return settings.image_pull_policy
+
+
 def build_job(
     settings: JobSettings,
     operation: Operation,
@@ -150,8 +159,8 @@ def build_job(
         "containers": [
             {
                 "name": "playbook",
-                "image": settings.image,
-                "imagePullPolicy": settings.image_pull_policy,
+                "image": driver.image or settings.image,
+                "imagePullPolicy": _pull_policy(settings, driver),
                 "args": args,
                 "securityContext": {"privileged": True, "runAsUser": 0, "runAsGroup": 0},
                 "terminationMessagePath": TERMINATION_LOG,

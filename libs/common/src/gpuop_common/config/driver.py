@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from gpuop_common.config.base import ConfigModel, ImageSettings
+from gpuop_common.config.base import ConfigModel, ImagePullPolicy, ImageRef, ImageSettings
 
 # Integer count or percentage of nodes, as Kubernetes `maxUnavailable` fields are written.
 IntOrPercent = Annotated[
@@ -80,6 +80,15 @@ class DriverConfig(ImageSettings):
     """The out-of-tree GPU kernel driver; disabled means the node's pre-installed driver is used."""
 
     enable: bool = Field(False, description="Install and manage the GPU driver on selected nodes.")
+    # The Jobs run `gpuop-operator playbook`, so the image is the operator's, not a driver container's.
+    image: ImageRef = Field(
+        "",
+        description="Image of the per-node driver and remediation Jobs; empty: the operator's own. "
+        "It must contain `gpuop-operator playbook` (the operator image, e.g. a mirror or your build).",
+    )
+    image_pull_policy: ImagePullPolicy = Field(
+        "IfNotPresent", description="Pull policy of the Jobs' image (when set; else the operator's)."
+    )
     driver_type: Literal["container", "vf-passthrough", "pf-passthrough"] = Field(
         "container", description="AMD driver flavour: host driver, MxGPU VFs or PF passthrough to VMs."
     )
