@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 from gpuop_common.config.driver import DriverConfig
 from gpuop_operator.drain import NodePod, plan_drain
+from gpuop_operator.driverdefaults import default_driver_versions
 from gpuop_operator.driverflow import (
     ADMIN_CORDON,
     FAILURE,
@@ -24,6 +25,7 @@ from gpuop_operator.driverflow import (
     VERSION_LABEL,
     DriverPlan,
     FailedRun,
+    JobRequest,
     NodeEvent,
     plan_driver,
 )
@@ -96,12 +98,10 @@ class World:
             )
         for job in plan.delete_jobs:
             self.jobs.pop((job.node, job.operation), None)
-        for node, operation, _vendor in plan.create_jobs:
+        for node, operation, _vendor, version in plan.create_jobs:
             name = f"{operation}-{node}-{len(self.created)}"
             self.created.append((node, operation))
-            self.jobs[(node, operation)] = JobView(
-                name, f"uid-{name}", node, operation, config.version, "running"
-            )
+            self.jobs[(node, operation)] = JobView(name, f"uid-{name}", node, operation, version, "running")
             self.ages[(node, operation)] = 0
         for pod in plan.evict + plan.delete_pods:
             if pod.name not in self.pdb_blocks:
@@ -179,7 +179,7 @@ class World:
 def test_a_fresh_node_gets_one_install_job_then_the_version_label_and_an_event() -> None:
     world = World({"n0": gpu_node("n0")})
     first = world.step(driver())
-    assert first.create_jobs == [("n0", "driver-install", "amd")]
+    assert [j[:3] for j in first.create_jobs] == [("n0", "driver-install", "amd")]
     assert first.states["n0"].state == "installing"
     assert world.step(driver()).create_jobs == []  # the Job exists: never a second one
     for _ in range(3):
@@ -431,13 +431,16 @@ def test_writes_of_a_node_whose_patch_failed_are_held_back() -> None:
     job = JobView("j", "u", "n00", "driver-install", "6.1", "succeeded")
     pod = NodePod("default", "p", "u2", "ReplicaSet", node="n01")
     plan = DriverPlan(
-        create_jobs=[("n00", "driver-install", "amd"), ("n01", "driver-install", "amd")],
+        create_jobs=[
+            JobRequest("n00", "driver-install", "amd", "6.1"),
+            JobRequest("n01", "driver-install", "amd", "6.1"),
+        ],
         delete_jobs=[job],
         evict=[pod],
         events=[NodeEvent("n00", "DriverUpgradeStarted", "m"), NodeEvent("n01", "DriverUpgraded", "m")],
     )
     kept = plan.without({"n00"})
-    assert kept.create_jobs == [("n01", "driver-install", "amd")] and kept.delete_jobs == []
+    assert [j.node for j in kept.create_jobs] == ["n01"] and kept.delete_jobs == []
     assert kept.evict == [pod] and [e.node for e in kept.events] == ["n01"]
     assert plan.without({"n01"}).evict == [] and plan.without(set()) is plan
 
@@ -525,3 +528,20 @@ def test_without_a_device_plugin_validation_needs_no_gpus_in_allocatable() -> No
         without_plugin.step(driver("6.2"))
     assert without_plugin.nodes["n00"].labels[STATE_LABEL] == UpgradeState.DONE.value
     assert without_plugin.finished == ["n00"]
+
+
+def test_an_empty_version_is_the_vendors_default_and_writing_it_out_later_changes_nothing() -> None:
+    """The playbook installs `default_driver_versions` for an empty version: the node is labelled
+    with that concrete version, so setting it explicitly later is no upgrade and no Job."""
+    default = default_driver_versions()["amd"]
+    world = World({"n0": gpu_node("n0")})
+    first = world.step(driver(""))
+    assert [tuple(j) for j in first.create_jobs] == [("n0", "driver-install", "amd", default)]
+    for _ in range(3):
+        world.step(driver(""))
+    assert world.nodes["n0"].labels[VERSION_LABEL] == default
+    created = len(world.created)
+    explicit = world.step(driver(default))
+    assert explicit.patches == [] and explicit.start_patches == [] and explicit.create_jobs == []
+    assert explicit.states["n0"].state == "installed" and world.states()["n0"] is None
+    assert len(world.created) == created

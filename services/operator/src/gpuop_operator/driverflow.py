@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from gpuop_common.config.driver import DriverConfig
 
 from gpuop_operator.drain import NodePod, plan_drain
+from gpuop_operator.driverdefaults import resolved_version
 from gpuop_operator.driverjob import JobView, Operation
 from gpuop_operator.model import (
     PAUSED_PREFIX,
@@ -46,7 +47,6 @@ BOOT_ID = "gpuop.dev/driver-upgrade.boot-id"  # bootID before the reboot
 FAILURE = "gpuop.dev/driver.failure"  # why the last install/upgrade failed
 REPORTED = "gpuop.dev/driver.reported"  # uid of the failed Job whose Events were sent
 PAUSE_VALUE = f"{PAUSED_PREFIX}driver-upgrade"
-DEFAULT_VERSION = "default"  # label value when spec.driver.version is empty (the OS's default)
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0  # a refused eviction is tried again this soon
 # Steps that need nothing from outside the pass to begin (see `_Planner.walk`). Validating may
@@ -76,6 +76,14 @@ class DriverNodeState:
     state: str  # installing, installed, upgrade-required, cordoned, ..., upgrade-done, upgrade-failed
     version: str  # installed version, "" when none
     message: str = ""
+    wanted: str = ""  # the version this node should have (the vendor's default when the spec has none)
+
+
+class JobRequest(NamedTuple):
+    node: str
+    operation: Operation
+    vendor: str
+    version: str  # the concrete version the Job installs (or, uninstalling, removes)
 
 
 @dataclass
@@ -84,7 +92,7 @@ class DriverPlan:
     # Patches of the nodes this pass starts: sent only once every patch above applied, so a
     # finished node's slot is given to the next one only after that node really left the walk.
     start_patches: list[NodePatch] = field(default_factory=list)
-    create_jobs: list[tuple[str, Operation, str]] = field(default_factory=list)  # node, op, vendor
+    create_jobs: list[JobRequest] = field(default_factory=list)
     delete_jobs: list[JobView] = field(default_factory=list)
     evict: list[NodePod] = field(default_factory=list)
     delete_pods: list[NodePod] = field(default_factory=list)
@@ -109,10 +117,6 @@ class DriverPlan:
 
     def wake(self, seconds: float) -> None:
         self.wake_after = seconds if self.wake_after is None else min(self.wake_after, seconds)
-
-
-def desired_version(driver: DriverConfig) -> str:
-    return driver.version or DEFAULT_VERSION
 
 
 def installed(node: NodeInfo) -> bool:
@@ -171,7 +175,6 @@ class _Planner:
         self.validation_recipe = validation_recipe
         self.validation_timeout_s = validation_timeout_s
         self.driver = driver
-        self.want = desired_version(driver)
         self.policy = driver.upgrade_policy
         self.jobs = jobs
         self.node_pods = node_pods
@@ -232,19 +235,25 @@ class _Planner:
         if event is not None:
             self.plan.events.append(NodeEvent(node.name, event[0], event[1], event[2]))
 
+    def want(self, node: NodeInfo) -> str:
+        """The concrete version for this node: an empty spec version is the vendor's default."""
+        return resolved_version(self.driver, _vendor(node) or "")
+
     def _state(self, node: NodeInfo, state: str, message: str = "") -> None:
-        self.plan.states[node.name] = DriverNodeState(state, node.labels.get(VERSION_LABEL, ""), message)
+        self.plan.states[node.name] = DriverNodeState(
+            state, node.labels.get(VERSION_LABEL, ""), message, self.want(node)
+        )
 
     def _job(self, node: NodeInfo, operation: Operation, vendor: str) -> JobView | None:
         """The node's Job for `operation` and the wanted version; asks for it when missing."""
         job = self.jobs.get((node.name, operation))
         if job is not None and job.deleting:
             return None  # the old one is going; create the new one after
-        if job is not None and operation == "driver-install" and job.version != self.driver.version:
+        if job is not None and operation == "driver-install" and job.version != self.want(node):
             self.plan.delete_jobs.append(job)
             return None
         if job is None:
-            self.plan.create_jobs.append((node.name, operation, vendor))
+            self.plan.create_jobs.append(JobRequest(node.name, operation, vendor, self.want(node)))
         return job
 
     def _drop_jobs(self, node: NodeInfo) -> None:
@@ -285,9 +294,9 @@ class _Planner:
         self._patch(
             node,
             None,
-            labels={VERSION_LABEL: self.want},
+            labels={VERSION_LABEL: self.want(node)},
             annotations={FAILURE: None, SINCE: None},
-            event=("DriverInstalled", f"driver {self.want} installed by Job {job.name}", False),
+            event=("DriverInstalled", f"driver {self.want(node)} installed by Job {job.name}", False),
         )
         self._state(node, "installed")
 
@@ -327,6 +336,7 @@ class _Planner:
 
     def start(self, node: NodeInfo) -> None:
         """upgrade-required -> cordoned: remember an admin's cordon, then cordon."""
+        want = self.want(node)
         self._patch(
             node,
             UpgradeState.CORDONED,
@@ -337,7 +347,7 @@ class _Planner:
                 REPORTED: None,
             },
             unschedulable=True,
-            event=("DriverUpgradeStarted", f"upgrading the driver to {self.want}: node cordoned", False),
+            event=("DriverUpgradeStarted", f"upgrading the driver to {want}: node cordoned", False),
         )
         self._state(node, UpgradeState.CORDONED.value)
 
@@ -398,7 +408,7 @@ class _Planner:
     def _upgrade(self, node: NodeInfo, vendor: str) -> None:
         job = self._job(node, "driver-install", vendor)
         if job is None or job.phase == "running":
-            self._state(node, UpgradeState.UPGRADING.value, f"driver {self.want} installing")
+            self._state(node, UpgradeState.UPGRADING.value, f"driver {self.want(node)} installing")
             return
         if job.phase == "failed":
             if job.uid not in self.failed_runs:
@@ -410,12 +420,12 @@ class _Planner:
             self._patch(
                 node,
                 UpgradeState.REBOOTING,
-                labels={VERSION_LABEL: self.want},
+                labels={VERSION_LABEL: self.want(node)},
                 annotations={BOOT_ID: node.boot_id},
             )
             self._state(node, UpgradeState.REBOOTING.value)
         else:
-            self._resume(node, labels={VERSION_LABEL: self.want})
+            self._resume(node, labels={VERSION_LABEL: self.want(node)})
 
     def _reboot(self, node: NodeInfo, vendor: str) -> None:
         before = node.annotations.get(BOOT_ID, "")
@@ -448,13 +458,14 @@ class _Planner:
         # Without a device plugin nobody puts GPUs in allocatable (the DRA driver publishes
         # ResourceSlices): then the Job's own device-node check and a Ready node are the proof.
         gpus_back = node.gpus_allocatable > 0 or not self.allocatable_expected
+        want = self.want(node)
         if node.ready and gpus_back and self._recipe_passed(node):
             self._patch(
                 node,
                 UpgradeState.DONE,
                 annotations=dict.fromkeys(STEP_ANNOTATIONS, None),
                 unschedulable=False if node.annotations.get(ADMIN_CORDON) != "true" else None,
-                event=("DriverUpgraded", f"driver {self.want} running; GPUs back in allocatable", False),
+                event=("DriverUpgraded", f"driver {want} running; GPUs back in allocatable", False),
             )
             started = node.annotations.get(STARTED, "")
             if started.isdigit():
@@ -589,7 +600,7 @@ def plan_driver(
         version = node.labels.get(VERSION_LABEL)
         if state is None and not version:
             planner.install(node, vendor)
-        elif state in (None, UpgradeState.DONE) and version != planner.want:
+        elif state in (None, UpgradeState.DONE) and version != planner.want(node):
             if planner.policy.enable:
                 planner._patch(node, UpgradeState.REQUIRED, annotations={SINCE: None})
                 planner._state(node, UpgradeState.REQUIRED.value)

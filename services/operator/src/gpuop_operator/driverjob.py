@@ -1,8 +1,8 @@
 """The per-node playbook Job: its manifest, its name, and what a finished one reports (pure).
 
 One Job per node and operation, named deterministically, so a restarted operator finds (adopts) the
-Job it started instead of starting a second one. The Job runs the operator's own image (or `spec.driver.image`, which must
-contain the same entrypoint) as
+Job it started instead of starting a second one. The Job runs the operator's own image (or
+`spec.driver.image`, which must contain the same entrypoint) as
 `gpuop-operator playbook <name> --host-root /host --extra-vars-file F`. Why each privilege is there:
 - `runAsUser: 0` / `runAsGroup: 0`: the operator image runs as 65532 (the operator itself stays
   non-root), and `chroot` needs CAP_SYS_CHROOT as root; `privileged` alone keeps the image's user,

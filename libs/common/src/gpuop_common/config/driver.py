@@ -98,7 +98,8 @@ class DriverConfig(ImageSettings):
     version: str = Field(
         "",
         pattern=r"^$|^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$",
-        description="Driver version to install; empty picks the default for the node's OS.",
+        description="Driver version to install; empty: the playbooks' default for the node's vendor "
+        "(nodes are labelled with that concrete version).",
     )
     blacklist: bool = Field(
         False, description="Blacklist the in-box driver module on the host (takes effect after reboot)."
