@@ -68,6 +68,7 @@ class World:
     durations: list[float] = field(default_factory=list)
     allocatable_expected: bool = True  # a device plugin advertises the GPUs
     advertises: bool = True  # False: its GPUs never reach allocatable (nothing registers them)
+    uninstall: bool = False  # the driver is to come off (enable false / deletion, policy Uninstall)
 
     def step(self, config: DriverConfig, seconds: float = 10.0) -> DriverPlan:
         self.now += seconds
@@ -84,6 +85,7 @@ class World:
             validation_recipe=self.validation_recipe,
             validation_timeout_s=300,
             allocatable_expected=self.allocatable_expected,
+            uninstall=self.uninstall,
         )
         for patch in [*plan.patches, *plan.start_patches]:
             node = self.nodes[patch.node]
@@ -545,3 +547,68 @@ def test_an_empty_version_is_the_vendors_default_and_writing_it_out_later_change
     assert explicit.patches == [] and explicit.start_patches == [] and explicit.create_jobs == []
     assert explicit.states["n0"].state == "installed" and world.states()["n0"] is None
     assert len(world.created) == created
+
+
+def installed_world(n: int = 3, **kwargs: object) -> World:
+    """`n` nodes with the driver installed by gpuop, operands running, plus one with a pre-installed
+    driver (no version label of ours)."""
+    nodes = {f"n{i}": gpu_node(f"n{i}", **{VERSION_LABEL: "6.2", DP: "true"}) for i in range(n)}
+    nodes["own-driver"] = gpu_node("own-driver", **{DP: "true"})
+    world = World(nodes, **kwargs)  # type: ignore[arg-type]
+    world.operand_pods = {(name, "device-plugin") for name in nodes}
+    return world
+
+
+def test_uninstall_walks_each_gpuop_node_within_the_bounds_and_leaves_a_preinstalled_driver() -> None:
+    world = installed_world(uninstall=True)
+    world.nodes["n1"] = dataclasses.replace(world.nodes["n1"], unschedulable=True)  # an admin's cordon
+    seen_in_flight = 0
+    for _ in range(40):
+        plan = world.step(driver(maxParallelUpgrades=1, maxUnavailableNodes=2))
+        in_flight = [n for n, s in world.states().items() if parse_state(s) in IN_FLIGHT]
+        seen_in_flight = max(seen_in_flight, len(in_flight))
+        if all(
+            VERSION_LABEL not in world.nodes[n].labels and world.states()[n] is None
+            for n in ("n0", "n1", "n2")
+        ):
+            break
+    assert seen_in_flight == 1
+    assert sorted(n for n, op in world.created) == ["n0", "n1", "n2"]
+    assert {op for _, op in world.created} == {"driver-uninstall"}
+    for name in ("n0", "n1", "n2"):
+        node = world.nodes[name]
+        assert VERSION_LABEL not in node.labels and STATE_LABEL not in node.labels
+        assert node.labels[DP] == "true"  # the paused operand is back
+        assert not any(k.startswith("gpuop.dev/driver-upgrade.") for k in node.annotations)
+    assert not world.nodes["n0"].unschedulable and world.nodes["n1"].unschedulable  # admin's kept
+    assert world.nodes["own-driver"] == installed_world().nodes["own-driver"]  # never touched
+    assert plan.states["own-driver"].state == "not-installed"
+    assert [r for _, r, _ in world.events if r == "DriverUninstalled"] == ["DriverUninstalled"] * 3
+    assert not world.jobs  # the finished uninstall Jobs are deleted: a later install starts fresh
+
+
+def test_a_failed_uninstall_stops_the_node_cordoned_with_the_reason() -> None:
+    world = installed_world(1, uninstall=True, fail_jobs_on={"n0"})
+    for _ in range(10):
+        world.step(driver())
+    node = world.nodes["n0"]
+    assert node.labels[STATE_LABEL] == "uninstall-failed" and node.unschedulable
+    assert node.labels[VERSION_LABEL] == "6.2"  # still there: the driver may be half gone
+    assert "dkms build failed" in node.annotations[FAILURE]
+    assert any(r == "DriverUninstallFailed" for _, r, _ in world.events)
+
+
+def test_enabled_again_mid_uninstall_lets_the_job_finish_then_reinstalls() -> None:
+    world = installed_world(1, uninstall=True, job_passes=3)
+    while world.states()["n0"] != "uninstalling":
+        world.step(driver())
+    world.uninstall = False
+    plan = world.step(driver())
+    assert [j for j in plan.create_jobs if j.node == "n0"] == []  # the uninstall is not cut short
+    assert world.states()["n0"] == "uninstalling"
+    for _ in range(20):
+        world.step(driver())
+        if world.states()["n0"] == "upgrade-done":
+            break
+    assert [op for n, op in world.created if n == "n0"][:2] == ["driver-uninstall", "driver-install"]
+    assert world.nodes["n0"].labels[VERSION_LABEL] == "6.2" and world.nodes["n0"].labels[DP] == "true"

@@ -13,6 +13,12 @@ up where the last one stopped and repeats no finished step.
   cordon -> drain (Eviction API, PDB refusals retried until the timeout; or only GPU pods deleted)
   -> pause its GPU operands -> the install Job -> reboot (bootID must change) -> resume operands and
   wait for the GPUs in allocatable -> uncordon (not a node an admin had cordoned) -> `upgrade-done`.
+- Uninstall (`uninstall=True`: `enable: false` or deletion, with `uninstallPolicy: Uninstall`): a
+  node with our version label becomes `uninstall-required` and, within the same bounds, walks
+  cordon -> drain -> pause -> the driver-uninstall Job -> version label and walk marks removed,
+  operands resumed, uncordoned. A node without our label (a pre-installed driver) is never touched.
+  A running Job is never cut short when the mode flips: an install finishes, then is uninstalled;
+  an uninstall finishes, then the install runs.
 """
 
 from __future__ import annotations
@@ -36,7 +42,15 @@ from gpuop_operator.model import (
     NodePatch,
     deploy_label,
 )
-from gpuop_operator.upgrade import STATE_LABEL, NodeView, UpgradeState, parse_state, plan_upgrades
+from gpuop_operator.upgrade import (
+    FAILED_STATES,
+    STATE_LABEL,
+    WAITING,
+    NodeView,
+    UpgradeState,
+    parse_state,
+    plan_upgrades,
+)
 
 VERSION_LABEL = "gpuop.dev/driver.version"
 SINCE = "gpuop.dev/driver-upgrade.since"  # epoch seconds the current step began
@@ -170,7 +184,9 @@ class _Planner:
         validation_recipe: str | None,
         validation_timeout_s: float,
         allocatable_expected: bool,
+        uninstall: bool,
     ) -> None:
+        self.uninstall = uninstall
         self.allocatable_expected = allocatable_expected
         self.validation_recipe = validation_recipe
         self.validation_timeout_s = validation_timeout_s
@@ -245,7 +261,8 @@ class _Planner:
         )
 
     def _job(self, node: NodeInfo, operation: Operation, vendor: str) -> JobView | None:
-        """The node's Job for `operation` and the wanted version; asks for it when missing."""
+        """The node's Job for `operation` and the wanted version (uninstalling: the installed one);
+        asks for it when missing."""
         job = self.jobs.get((node.name, operation))
         if job is not None and job.deleting:
             return None  # the old one is going; create the new one after
@@ -253,16 +270,20 @@ class _Planner:
             self.plan.delete_jobs.append(job)
             return None
         if job is None:
-            self.plan.create_jobs.append(JobRequest(node.name, operation, vendor, self.want(node)))
+            version = (
+                node.labels.get(VERSION_LABEL, "") if operation == "driver-uninstall" else self.want(node)
+            )
+            self.plan.create_jobs.append(JobRequest(node.name, operation, vendor, version))
         return job
 
     def _drop_jobs(self, node: NodeInfo) -> None:
-        for operation in ("driver-install", "node-reboot"):
+        for operation in ("driver-install", "node-reboot", "driver-uninstall"):
             job = self.jobs.get((node.name, operation))
             if job is not None and not job.deleting:
                 self.plan.delete_jobs.append(job)
 
     def _fail(self, node: NodeInfo, why: str, job: JobView | None = None) -> None:
+        """The node stops in `upgrade-failed` (`uninstall-failed` uninstalling) until a person acts."""
         run = self.failed_runs.get(job.uid) if job is not None else None
         message = f"{why}: {run.summary}" if run and run.summary else why
         reported = node.annotations.get(REPORTED)
@@ -271,13 +292,16 @@ class _Planner:
             annotations[REPORTED] = job.uid
         install = not node.labels.get(VERSION_LABEL)
         reason = "DriverInstallFailed" if install else "DriverUpgradeFailed"
+        state = UpgradeState.FAILED
+        if self.uninstall and not install:
+            reason, state = "DriverUninstallFailed", UpgradeState.UNINSTALL_FAILED
         if job is None or reported != job.uid:
             for task, detail in run.tasks if run else ():
                 self.plan.events.append(
                     NodeEvent(node.name, reason, f"task {task!r} failed: {detail}"[:1000], True)
                 )
-        self._patch(node, UpgradeState.FAILED, annotations=annotations, event=(reason, message[:1000], True))
-        self._state(node, UpgradeState.FAILED.value, message)
+        self._patch(node, state, annotations=annotations, event=(reason, message[:1000], True))
+        self._state(node, state.value, message)
 
     # ---------------------------------------------------------------- per node
     def install(self, node: NodeInfo, vendor: str) -> None:
@@ -316,6 +340,8 @@ class _Planner:
             self._reboot(node, vendor)
         elif state is UpgradeState.VALIDATING:
             self._validate(node)
+        elif state is UpgradeState.UNINSTALLING:
+            self._uninstall(node, vendor)
         else:
             raise ValueError(f"{state} is not a step in flight")
 
@@ -347,7 +373,15 @@ class _Planner:
                 REPORTED: None,
             },
             unschedulable=True,
-            event=("DriverUpgradeStarted", f"upgrading the driver to {want}: node cordoned", False),
+            event=(
+                (
+                    "DriverUninstallStarted",
+                    f"uninstalling driver {node.labels.get(VERSION_LABEL)}: node cordoned",
+                )
+                if self.uninstall
+                else ("DriverUpgradeStarted", f"upgrading the driver to {want}: node cordoned")
+            )
+            + (False,),
         )
         self._state(node, UpgradeState.CORDONED.value)
 
@@ -401,11 +435,19 @@ class _Planner:
         if left:
             self._state(node, UpgradeState.POD_RESTART.value, f"waiting for {', '.join(left)} to stop")
             return
+        if self.uninstall:
+            self._patch(node, UpgradeState.UNINSTALLING)
+            self._job(node, "driver-uninstall", vendor)
+            self._state(node, UpgradeState.UNINSTALLING.value)
+            return
         self._patch(node, UpgradeState.UPGRADING)
         self._job(node, "driver-install", vendor)  # in the same pass: the build is the long step
         self._state(node, UpgradeState.UPGRADING.value)
 
     def _upgrade(self, node: NodeInfo, vendor: str) -> None:
+        if self.uninstall:
+            self._switch(node, vendor, "driver-install", UpgradeState.UNINSTALLING, "driver-uninstall")
+            return
         job = self._job(node, "driver-install", vendor)
         if job is None or job.phase == "running":
             self._state(node, UpgradeState.UPGRADING.value, f"driver {self.want(node)} installing")
@@ -426,6 +468,56 @@ class _Planner:
             self._state(node, UpgradeState.REBOOTING.value)
         else:
             self._resume(node, labels={VERSION_LABEL: self.want(node)})
+
+    def _switch(
+        self, node: NodeInfo, vendor: str, running: Operation, state: UpgradeState, operation: Operation
+    ) -> None:
+        """The mode flipped mid-Job: let the `running` Job end (a half-removed package or a
+        half-built module is worse than either), then go to `state` with the other Job."""
+        job = self.jobs.get((node.name, running))
+        if job is not None and job.phase == "running" and not job.deleting:
+            self._state(node, node.labels.get(STATE_LABEL, ""), f"letting the {running} Job finish first")
+            return
+        if job is not None and not job.deleting:
+            self.plan.delete_jobs.append(job)
+        self._patch(node, state)
+        self._job(node, operation, vendor)
+        self._state(node, state.value)
+
+    def _uninstall(self, node: NodeInfo, vendor: str) -> None:
+        if not self.uninstall:  # enabled again mid-uninstall: reinstall once the Job is done
+            self._switch(node, vendor, "driver-uninstall", UpgradeState.UPGRADING, "driver-install")
+            return
+        job = self._job(node, "driver-uninstall", vendor)
+        if job is None or job.phase == "running":
+            self._state(node, UpgradeState.UNINSTALLING.value, "driver-uninstall Job running")
+            return
+        if job.phase == "failed":
+            if job.uid not in self.failed_runs:
+                self._state(node, UpgradeState.UNINSTALLING.value)  # its pod's report is read first
+                return
+            self._fail(node, f"driver uninstall Job {job.name} failed ({job.reason or 'Failed'})", job)
+            return
+        # Done: gpuop's marks go, the operands come back (on whatever driver the node has now),
+        # and the node is schedulable again unless an admin had cordoned it.
+        self.plan.delete_jobs.append(job)  # a later install must not mistake it for its own
+        paused = [s for s in node.annotations.get(PAUSED, "").split(",") if s]
+        resume: dict[str, str | None] = {
+            label: "true" for label in paused if node.labels.get(label) == PAUSE_VALUE
+        }
+        self._patch(
+            node,
+            None,
+            labels={**resume, VERSION_LABEL: None},
+            annotations={**dict.fromkeys(STEP_ANNOTATIONS, None), FAILURE: None, REPORTED: None},
+            unschedulable=False if node.annotations.get(ADMIN_CORDON) != "true" else None,
+            event=(
+                "DriverUninstalled",
+                f"driver {node.labels.get(VERSION_LABEL)} uninstalled by Job {job.name}",
+                False,
+            ),
+        )
+        self.plan.states[node.name] = DriverNodeState("uninstalled", "", "", "")
 
     def _reboot(self, node: NodeInfo, vendor: str) -> None:
         before = node.annotations.get(BOOT_ID, "")
@@ -543,8 +635,35 @@ def _view(node: NodeInfo) -> NodeView:
     remediation waits while a node is in flight here)."""
     state = parse_state(node.labels.get(STATE_LABEL))
     remediating = _remediating(node)
-    startable = None if remediating and state is UpgradeState.REQUIRED else state
+    startable = None if remediating and state in WAITING else state
     return NodeView(node.name, startable, node.ready, node.unschedulable or remediating)
+
+
+def _uninstall_pass(
+    planner: _Planner,
+    node: NodeInfo,
+    state: UpgradeState | None,
+    vendor: str,
+    jobs: Mapping[tuple[str, str], JobView],
+) -> None:
+    """One node's step when the driver gpuop installed is to come off."""
+    version = node.labels.get(VERSION_LABEL)
+    if state is None and not version:
+        install = jobs.get((node.name, "driver-install"))
+        if install is not None and not install.deleting:
+            planner.install(node, vendor)  # let a running install end (and label it): then it goes
+        else:
+            planner._state(node, "not-installed", "no driver installed by gpuop: left alone")
+    elif state in (None, UpgradeState.DONE, UpgradeState.REQUIRED):
+        planner._patch(node, UpgradeState.UNINSTALL_REQUIRED, annotations={SINCE: None})
+        planner._state(node, UpgradeState.UNINSTALL_REQUIRED.value)
+    elif state is UpgradeState.UNINSTALL_REQUIRED:
+        wait = "the node's remediation to finish" if _remediating(node) else "an upgrade slot"
+        planner._state(node, state.value, f"waiting for {wait}")
+    elif state in FAILED_STATES:
+        planner._state(node, state.value, node.annotations.get(FAILURE, ""))
+    else:
+        planner.walk(node, state, vendor)
 
 
 def plan_driver(
@@ -560,6 +679,7 @@ def plan_driver(
     validation_recipe: str | None = None,
     validation_timeout_s: float = 3600.0,
     allocatable_expected: bool = True,
+    uninstall: bool = False,
 ) -> DriverPlan:
     """One pass of the driver lifecycle over the nodes a DeviceConfig selects (`driver.enable`).
 
@@ -568,7 +688,8 @@ def plan_driver(
     failed Jobs reported, by Job uid (a failed Job not in it waits: the reconciler reads its pod);
     `validation_recipe`: the test runner's recipe a node must pass before `upgrade-done` (None:
     the GPUs back in allocatable are enough); `allocatable_expected` False when no device plugin
-    advertises the GPUs (validation then needs only a Ready node and the recipe)."""
+    advertises the GPUs (validation then needs only a Ready node and the recipe); `uninstall` True
+    takes the driver gpuop installed off the nodes instead (module docstring)."""
     planner = _Planner(
         driver=driver,
         jobs=jobs,
@@ -580,6 +701,7 @@ def plan_driver(
         validation_recipe=validation_recipe,
         validation_timeout_s=validation_timeout_s,
         allocatable_expected=allocatable_expected,
+        uninstall=uninstall,
     )
     vendors: dict[str, str] = {}
     for node in sorted(nodes, key=lambda n: n.name):
@@ -598,7 +720,12 @@ def plan_driver(
             continue
         vendors[node.name] = vendor
         version = node.labels.get(VERSION_LABEL)
-        if state is None and not version:
+        if uninstall:
+            _uninstall_pass(planner, node, state, vendor, jobs)
+        elif state is UpgradeState.UNINSTALL_REQUIRED:  # enabled again before it started: nothing to undo
+            planner._patch(node, None, annotations={SINCE: None})
+            planner._state(node, "installed" if version else "installing")
+        elif state is None and not version:
             planner.install(node, vendor)
         elif state in (None, UpgradeState.DONE) and version != planner.want(node):
             if planner.policy.enable:
@@ -611,8 +738,8 @@ def plan_driver(
         elif state is UpgradeState.REQUIRED:
             wait = "the node's remediation to finish" if _remediating(node) else "an upgrade slot"
             planner._state(node, UpgradeState.REQUIRED.value, f"waiting for {wait}")
-        elif state is UpgradeState.FAILED:
-            planner._state(node, UpgradeState.FAILED.value, node.annotations.get(FAILURE, ""))
+        elif state in FAILED_STATES:
+            planner._state(node, state.value, node.annotations.get(FAILURE, ""))
         else:
             planner.walk(node, state, vendor)
     # The bounds are checked on the nodes as this pass leaves them: a node that finished just now

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from gpuop_operator.jobresult import PlaybookSummary, PlaybookVars
 
 JsonObj = dict[str, Any]
-Operation = Literal["driver-install", "node-reboot", "gpu-reset"]
+Operation = Literal["driver-install", "driver-uninstall", "node-reboot", "gpu-reset"]
 COMPONENT = "driver-job"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 NAME_LABEL = "app.kubernetes.io/name"
@@ -51,7 +51,12 @@ RUN_ANNOTATION = "gpuop.dev/remediation-run"  # the remediation run a Job belong
 VARS_DIR = "/etc/gpuop/playbook"
 OVERRIDES_DIR = "/etc/gpuop/playbook-overrides"
 TERMINATION_LOG = "/dev/termination-log"
-SHORT = {"driver-install": "driver", "node-reboot": "reboot", "gpu-reset": "reset"}
+SHORT = {
+    "driver-install": "driver",
+    "driver-uninstall": "uninstall",
+    "node-reboot": "reboot",
+    "gpu-reset": "reset",
+}
 MAX_NAME = 63  # the Job's name is also the value of its pods' job-name label
 DEFAULT_JOB_IMAGE = "ghcr.io/gpuop/gpuop-operator:latest"  # the chart passes its own image instead
 

@@ -118,3 +118,10 @@ class DriverConfig(ImageSettings):
     upgrade_policy: DriverUpgradePolicy = Field(
         default_factory=DriverUpgradePolicy, description="How driver upgrades roll through the nodes."
     )
+    # Keep by default: an uninstall drains every GPU node, and a DeviceConfig deleted by accident
+    # must not take the drivers out from under a busy cluster.
+    uninstall_policy: Literal["Uninstall", "Keep"] = Field(
+        "Keep",
+        description="On `enable: false` or DeviceConfig deletion: `Uninstall` removes the driver gpuop "
+        "installed (drained, bounded like an upgrade); `Keep` leaves it on the nodes.",
+    )
