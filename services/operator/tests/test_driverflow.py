@@ -553,7 +553,8 @@ def installed_world(n: int = 3, **kwargs: object) -> World:
     """`n` nodes with the driver installed by gpuop, operands running, plus one with a pre-installed
     driver (no version label of ours)."""
     nodes = {f"n{i}": gpu_node(f"n{i}", **{VERSION_LABEL: "6.2", DP: "true"}) for i in range(n)}
-    nodes["own-driver"] = gpu_node("own-driver", **{DP: "true"})
+    # A state label of an old walk but no version label of ours: still not ours to touch.
+    nodes["own-driver"] = gpu_node("own-driver", **{DP: "true", STATE_LABEL: "upgrade-done"})
     world = World(nodes, **kwargs)  # type: ignore[arg-type]
     world.operand_pods = {(name, "device-plugin") for name in nodes}
     return world

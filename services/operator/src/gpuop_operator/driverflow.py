@@ -648,10 +648,10 @@ def _uninstall_pass(
 ) -> None:
     """One node's step when the driver gpuop installed is to come off."""
     version = node.labels.get(VERSION_LABEL)
-    if state is None and not version:
+    if not version:  # whatever else the labels say: no driver of ours is on this node
         install = jobs.get((node.name, "driver-install"))
-        if install is not None and not install.deleting:
-            planner.install(node, vendor)  # let a running install end (and label it): then it goes
+        if install is not None and install.phase == "running" and not install.deleting:
+            planner._state(node, "installing", "an install Job is running: not cut short")
         else:
             planner._state(node, "not-installed", "no driver installed by gpuop: left alone")
     elif state in (None, UpgradeState.DONE, UpgradeState.REQUIRED):

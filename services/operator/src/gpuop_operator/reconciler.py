@@ -75,7 +75,7 @@ from gpuop_operator.status import (
     rollout_conditions,
     transitions,
 )
-from gpuop_operator.validation import DeviceConfigRef, Validation, selector_of, validate
+from gpuop_operator.validation import DeviceConfigRef, Validation, parse_spec, selector_of, validate
 
 log = logging.getLogger(__name__)
 
@@ -304,11 +304,13 @@ class Reconciler:
         driver_plan: DriverPlan | None = None
         remediation_plan: RemediationPlan | None = None
         held = ""
-        if spec.driver.enable or spec.remediation.enable:
+        # enable: false with uninstallPolicy Uninstall still drives: the walk that takes it off.
+        uninstall = not spec.driver.enable and spec.driver.uninstall_policy == "Uninstall"
+        if spec.driver.enable or uninstall or spec.remediation.enable:
             held = self._override_held(obj)
+        if (spec.driver.enable or uninstall) and not held:
+            ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods, uninstall=uninstall)
         if spec.driver.enable:
-            if not held:
-                ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods)
             driver_ready = {n.name for n in nodes if driver_installed(n)}
         remediation_held = held
         # A node that left the selector mid-run is given back at once: no run of ours goes on there.
@@ -516,7 +518,13 @@ class Reconciler:
         return ok, plan, [after.get(n.name, n) for n in nodes]
 
     def _drive(
-        self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo], pods: PodIndex
+        self,
+        owner: str,
+        spec: DeviceConfigSpec,
+        nodes: Sequence[NodeInfo],
+        pods: PodIndex,
+        *,
+        uninstall: bool = False,
     ) -> tuple[bool, DriverPlan, list[NodeInfo]]:
         """One pass of the driver lifecycle of this DeviceConfig's nodes; the nodes as they are after."""
         selected = [
@@ -543,6 +551,7 @@ class Reconciler:
             validation_recipe=spec.test_runner.recipe if spec.test_runner.enable else None,
             validation_timeout_s=float(spec.test_runner.timeout_seconds),
             allocatable_expected=spec.device_plugin.enable,
+            uninstall=uninstall,
         )
         # Node patches first: a step's Job, evictions and Events follow only once its node records
         # the step. A node starts only when every other patch applied, so a slot freed this pass
@@ -573,6 +582,8 @@ class Reconciler:
             return
         if not self._stop_remediation(owner, None, nodes, f"DeviceConfig {owner} deleted"):
             return
+        if not self._uninstalled_before_release(obj, nodes, pods):
+            return
         plan = plan_rollout(owner, None, nodes, pods)
         if not self._apply(plan):
             return
@@ -593,6 +604,33 @@ class Reconciler:
         self._write_dc(obj, body, kind="finalizer")
         self.metrics.forget(owner)
         self._event(obj, "Cleaned", "removed gpuop labels from every node; finalizer released", "Normal")
+
+    def _uninstalled_before_release(self, obj: JsonObj, nodes: Sequence[NodeInfo], pods: PodIndex) -> bool:
+        """With `uninstallPolicy: Uninstall`, the driver gpuop installed comes off the DeviceConfig's
+        nodes before its operands and finalizer go; True once no node of it has our driver left.
+        A node whose uninstall failed holds the finalizer until a person acts (docs/operator.md)."""
+        spec, _ = parse_spec(obj.get("spec"))
+        if spec is None or spec.driver.uninstall_policy != "Uninstall":
+            return True  # Keep (or a spec that never validated: nothing of ours was started)
+        if self._override_held(obj):
+            return False
+        owner = object_key(obj)
+        _ok, plan, _nodes = self._drive(owner, spec, nodes, pods, uninstall=True)
+        left = {n: s for n, s in plan.states.items() if s.version or s.state == "installing"}
+        if not left:
+            return True
+        previous = obj.get("status") or {}
+        rollout = plan_rollout(owner, None, nodes, pods)
+        status = build_status(
+            int(obj["metadata"].get("generation") or 0),
+            rollout_conditions(rollout, [], deleting=True),
+            rollout,
+            previous,
+            _now(),
+        )
+        status["driver"] = driver_status(spec.driver, plan.states)
+        self._write_status(obj, status, warning=False)
+        return False
 
     # -- writes ----------------------------------------------------------------------------------
     def _apply(self, plan: RolloutPlan, extra: Sequence[NodePatch] = ()) -> bool:
