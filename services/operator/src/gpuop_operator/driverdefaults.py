@@ -28,3 +28,15 @@ def default_driver_versions() -> dict[str, str]:
 def resolved_version(driver: DriverConfig, vendor: str) -> str:
     """The version a driver Job for `vendor` installs: the spec's, else the playbooks' default."""
     return driver.version or default_driver_versions().get(vendor, "")
+
+
+# What operators before the concrete-version labels wrote for an empty `spec.driver.version`.
+LEGACY_DEFAULT = "default"
+
+
+def concrete_label(label: str, vendor: str) -> str:
+    """A node's version label as a concrete version: the legacy `default` stands for the vendor's
+    default (what the playbook installed for an empty version), anything else is itself."""
+    if label == LEGACY_DEFAULT:
+        return default_driver_versions().get(vendor, "") or label
+    return label

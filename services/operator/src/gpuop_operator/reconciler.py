@@ -38,6 +38,7 @@ from gpuop_operator.driverjob import (
     job_view,
     trim_job,
 )
+from gpuop_operator.driveruninstall import plan_uninstall
 from gpuop_operator.jobresult import PLAYBOOK_NAMES
 from gpuop_operator.kubeio import (
     CONFIGMAPS,
@@ -539,7 +540,7 @@ class Reconciler:
         except _API_ERRORS as exc:
             log.warning("listing pods to drain failed", extra={"error": _describe(exc)})
             return False, DriverPlan(), list(nodes)
-        plan = plan_driver(
+        plan = (plan_uninstall if uninstall else plan_driver)(
             spec.driver,
             selected,
             jobs,
@@ -551,7 +552,6 @@ class Reconciler:
             validation_recipe=spec.test_runner.recipe if spec.test_runner.enable else None,
             validation_timeout_s=float(spec.test_runner.timeout_seconds),
             allocatable_expected=spec.device_plugin.enable,
-            uninstall=uninstall,
         )
         # Node patches first: a step's Job, evictions and Events follow only once its node records
         # the step. A node starts only when every other patch applied, so a slot freed this pass
