@@ -217,3 +217,29 @@ def test_stage_order_is_never_violated_during_a_rollout() -> None:
         if pending:
             ready.add(pending[0])
     assert all(n.annotations.get(STAGE_ANNOTATION) == READY for n in nodes)
+
+
+@pytest.mark.parametrize(
+    ("driver", "walk_state", "stage"),
+    [
+        ({"enable": True}, "draining", "driver-upgrading"),
+        ({"enable": True}, "upgrade-failed", "driver-failed"),
+        ({"enable": False, "uninstallPolicy": "Uninstall"}, "draining", "driver-uninstalling"),
+        ({"enable": False, "uninstallPolicy": "Uninstall"}, "uninstalling", "driver-uninstalling"),
+        ({"enable": False, "uninstallPolicy": "Uninstall"}, "uninstall-failed", "driver-failed"),
+        ({"enable": False, "uninstallPolicy": "Keep"}, "draining", None),  # nothing walks with Keep
+    ],
+)
+def test_a_node_in_a_driver_walk_shows_the_walk_as_its_stage(
+    driver: dict[str, object], walk_state: str, stage: str | None
+) -> None:
+    """The stage annotation names the driver walk while the driver is enabled and, with
+    `uninstallPolicy: Uninstall`, while it is taken off after `enable: false`."""
+    spec = DeviceConfigSpec.model_validate({"driver": driver, "devicePlugin": {"enable": True}})
+    node = amd("n0", **{DP: "true", "gpuop.dev/driver.version": "6.2"})
+    node = NodeInfo(node.name, {**node.labels, "gpuop.dev/driver-upgrade-state": walk_state})
+    plan = plan_rollout(OWNER, spec, [node], ready_pods([node]), driver_ready={"n0"})
+    if stage is None:
+        assert not plan.stages["n0"].startswith("driver-")
+    else:
+        assert plan.stages == {"n0": stage}
