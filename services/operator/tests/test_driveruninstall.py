@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from gpuop_operator.driverdefaults import default_driver_versions
 from gpuop_operator.driverflow import FAILURE, VERSION_LABEL
-from gpuop_operator.driverjob import JobView
+from gpuop_operator.driverjob import JobPhase, JobView
+from gpuop_operator.driveruninstall import AWAITED_INSTALL
 from gpuop_operator.model import deploy_label
 from gpuop_operator.upgrade import IN_FLIGHT, STATE_LABEL, parse_state
 
@@ -88,21 +90,23 @@ def test_an_install_job_running_when_the_driver_is_disabled_finishes_then_is_uni
     node = world.nodes["n0"]
     assert VERSION_LABEL not in node.labels and STATE_LABEL not in node.labels
     assert not node.unschedulable and node.labels[DP] == "true"
+    assert AWAITED_INSTALL not in node.annotations
     reasons = [r for _, r, _ in world.events]
     assert reasons.index("DriverInstalled") < reasons.index("DriverUninstalled")
 
 
-def test_a_finished_install_job_kept_by_its_ttl_is_not_waited_for(pk: Any) -> None:
-    """A failed install Job (its TTL keeps it) is no driver of ours and nothing to wait for."""
-    node = pk.gpu_node("n0")
-    failed = JobView(
-        "gpuop-driver-n0", "uid-1", "n0", "driver-install", "6.2", "failed", "BackoffLimitExceeded"
-    )
-    world = pk.world({"n0": node}, uninstall=True)
-    world.jobs[("n0", "driver-install")] = failed
-    plan = world.step(pk.driver("6.2"))
-    assert plan.states["n0"].state == "not-installed"
-    assert plan.patches == plan.start_patches == [] and plan.create_jobs == []
+@pytest.mark.parametrize("phase", ["succeeded", "failed"])
+def test_a_finished_install_job_kept_by_its_ttl_is_neither_waited_for_nor_uninstalled(
+    pk: Any, phase: JobPhase
+) -> None:
+    """A finished install Job nobody saw running after the flip (its node's label removed since,
+    say, to hand the node a driver of its own) is history: the node is left alone."""
+    world = pk.world({"n0": pk.gpu_node("n0")}, uninstall=True)
+    world.jobs[("n0", "driver-install")] = JobView("j", "uid-1", "n0", "driver-install", "6.2", phase)
+    for _ in range(3):
+        plan = world.step(pk.driver("6.2"))
+        assert plan.states["n0"].state == "not-installed"
+        assert plan.patches == plan.start_patches == [] and plan.create_jobs == []
 
 
 def test_a_legacy_default_label_is_uninstalled_as_the_vendors_default_version(pk: Any) -> None:
@@ -115,3 +119,16 @@ def test_a_legacy_default_label_is_uninstalled_as_the_vendors_default_version(pk
             break
         world.step(pk.driver(""))
     assert world.jobs[("n0", "driver-uninstall")].version == default
+
+
+def test_an_awaited_install_job_that_fails_leaves_the_node_unlabelled_and_unmarked(pk: Any) -> None:
+    world = pk.world({"n0": pk.gpu_node("n0")}, job_passes=2, fail_jobs_on={"n0"})
+    world.step(pk.driver("6.2"))
+    world.uninstall = True
+    world.step(pk.driver("6.2"))
+    assert world.nodes["n0"].annotations[AWAITED_INSTALL] == world.jobs[("n0", "driver-install")].uid
+    for _ in range(3):
+        plan = world.step(pk.driver("6.2"))
+    assert plan.states["n0"].state == "not-installed" and world.created == [("n0", "driver-install")]
+    assert AWAITED_INSTALL not in world.nodes["n0"].annotations
+    assert VERSION_LABEL not in world.nodes["n0"].labels

@@ -6,9 +6,9 @@ removed, operands resumed, uncordoned (not a node an admin had cordoned). A node
 (a driver that came with the node image) is never touched.
 
 A Job running when the driver is disabled is never cut short: an install Job finishes first (a
-Job with no Complete/Failed condition is running; a finished one kept by its TTL is not), and what
-it installed is labelled and then uninstalled like any other; a node mid-upgrade lets its install
-Job end, then runs the uninstall Job.
+Job with no Complete/Failed condition is running; a finished one kept by its TTL is not, and is
+never mistaken for a fresh install), and what it installed is labelled and then uninstalled like
+any other; a node mid-upgrade lets its install Job end, then runs the uninstall Job.
 
 `DriverUninstaller` is `driverflow.DriverPlanner` with the uninstall hooks overridden, so the walk
 shares every step (drain, pause, Job bookkeeping, failures) with the upgrade.
@@ -39,12 +39,15 @@ from gpuop_operator.driverjob import JobView
 from gpuop_operator.model import NodeInfo
 from gpuop_operator.upgrade import FAILED_STATES, UpgradeState
 
+# uid of the install Job that was running when the driver was disabled: its success is ours to undo.
+AWAITED_INSTALL = "gpuop.dev/driver.awaited-install"
+
 
 class DriverUninstaller(DriverPlanner):
     def node_pass(self, node: NodeInfo, state: UpgradeState | None, vendor: str) -> None:
         version = node.labels.get(VERSION_LABEL)
         if not version:  # whatever else the labels say: no driver of ours is on this node (yet)
-            self._unlabelled(node, vendor)
+            self._unlabelled(node, state, vendor)
         elif state in (None, UpgradeState.DONE, UpgradeState.REQUIRED):
             self._patch(node, UpgradeState.UNINSTALL_REQUIRED, annotations={SINCE: None})
             self._state(node, UpgradeState.UNINSTALL_REQUIRED.value)
@@ -55,27 +58,32 @@ class DriverUninstaller(DriverPlanner):
         else:
             self.walk(node, state, vendor)
 
-    def _unlabelled(self, node: NodeInfo, vendor: str) -> None:
-        """A node without our label: left alone, unless our install Job is running there (it is
-        waited for) or finished there without the enabled planner seeing it (its driver is ours:
-        labelled now, uninstalled by the walk)."""
+    def _unlabelled(self, node: NodeInfo, state: UpgradeState | None, vendor: str) -> None:
+        """A node without our label: left alone, unless our install Job is running there. That one
+        is awaited (its uid noted on the node), and once it succeeded its driver is ours: labelled
+        now, uninstalled by the walk. A finished Job nobody awaited (kept by its TTL, its node's
+        label since removed by hand) is history, not a driver of ours."""
         job = self.jobs.get((node.name, "driver-install"))
-        if job is None or job.deleting or job.phase == "failed":
-            self._state(node, "not-installed", "no driver installed by gpuop: left alone")
-        elif job.phase == "running":
+        awaited = node.annotations.get(AWAITED_INSTALL)
+        keep_since = {SINCE: node.annotations.get(SINCE)}
+        if job is not None and not job.deleting and job.phase == "running":
+            if awaited != job.uid:
+                self._patch(node, state, annotations={**keep_since, AWAITED_INSTALL: job.uid})
             self._state(node, "installing", "waiting for the running install Job, then uninstalling")
-        else:
+        elif job is not None and not job.deleting and job.phase == "succeeded" and awaited == job.uid:
             version = job.version or concrete_label(LEGACY_DEFAULT, vendor)
             self._patch(
                 node,
                 UpgradeState.UNINSTALL_REQUIRED,
                 labels={VERSION_LABEL: version},
-                annotations={SINCE: None},
+                annotations={SINCE: None, AWAITED_INSTALL: None},
                 event=("DriverInstalled", f"driver {version} installed by Job {job.name}", False),
             )
-            self._state(
-                node, UpgradeState.UNINSTALL_REQUIRED.value, "installed after the driver was disabled"
-            )
+            self._state(node, UpgradeState.UNINSTALL_REQUIRED.value, "installed after it was disabled")
+        else:
+            if awaited:  # it failed or went away: nothing of ours to take off
+                self._patch(node, state, annotations={**keep_since, AWAITED_INSTALL: None})
+            self._state(node, "not-installed", "no driver installed by gpuop: left alone")
 
     def _failure(self, *, install: bool) -> tuple[str, UpgradeState]:
         if install:
