@@ -116,6 +116,7 @@ def run(ctx: ServiceContext[OperatorSettings]) -> int:
                 "finalizers_released_here": list(report.forced),
                 "nodes_cleaned": list(report.cleaned_nodes),
                 "labeller_still_running_on": list(report.labeller_still_running),
+                "driver_uninstall_cut_short": list(report.uninstall_cut_short),
             },
         )
         return 0
