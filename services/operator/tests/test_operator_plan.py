@@ -20,7 +20,7 @@ from gpuop_operator.model import (
     PodInfo,
     deploy_label,
 )
-from gpuop_operator.plan import enabled_stages, plan_rollout
+from gpuop_operator.plan import enabled_stages, plan_rollout, uninstall_stage_patches
 
 OWNER = "gpu-operator/default"
 DP, NL, ME = (deploy_label(s) for s in ("device-plugin", "node-labeller", "metrics-exporter"))
@@ -243,3 +243,18 @@ def test_a_node_in_a_driver_walk_shows_the_walk_as_its_stage(
         assert not plan.stages["n0"].startswith("driver-")
     else:
         assert plan.stages == {"n0": stage}
+
+
+def test_a_deleted_deviceconfigs_nodes_in_the_uninstall_walk_show_it_before_their_teardown() -> None:
+    held = {OWNER_ANNOTATION: OWNER, STAGE_ANNOTATION: READY}
+    walking = NodeInfo("n0", {AMD_PRESENT: "true", "gpuop.dev/driver-upgrade-state": "draining"}, held)
+    failed = NodeInfo("n1", {AMD_PRESENT: "true", "gpuop.dev/driver-upgrade-state": "uninstall-failed"}, held)
+    done = NodeInfo("n2", {AMD_PRESENT: "true"}, held)
+    other = NodeInfo("n3", walking.labels, {OWNER_ANNOTATION: "elsewhere/dc"})
+    patches = uninstall_stage_patches(OWNER, [walking, failed, done, other])
+    assert patches == [
+        NodePatch("n0", {}, {STAGE_ANNOTATION: "driver-uninstalling"}),
+        NodePatch("n1", {}, {STAGE_ANNOTATION: "driver-failed"}),
+    ]
+    again = apply([walking, failed, done, other], patches)
+    assert uninstall_stage_patches(OWNER, again) == []

@@ -139,11 +139,7 @@ def _advance(
         if not done:
             lifecycle = DRIVER_INSTALLING if "driver" in stage else OPERANDS_ROLLING
             break
-    walk = parse_state(node.labels.get(STATE_LABEL))
-    if driver_walk is not None and walk in IN_FLIGHT:
-        lifecycle = driver_walk
-    elif driver_walk is not None and walk in FAILED_STATES:
-        lifecycle = DRIVER_FAILED
+    lifecycle = walk_stage(node, driver_walk) or lifecycle
     annotations: dict[str, str | None] = {OWNER_ANNOTATION: owner, STAGE_ANNOTATION: lifecycle}
     return NodePlan(node.name, lifecycle, _with_changes(node, desired, annotations))
 
@@ -163,6 +159,28 @@ def _teardown(node: NodeInfo, pods: PodIndex) -> NodePlan:
             return NodePlan(node.name, REMOVING, None)  # this stage's pods are still going away
     done: dict[str, str | None] = {OWNER_ANNOTATION: None, STAGE_ANNOTATION: None}
     return NodePlan(node.name, REMOVING, _with_changes(node, {}, done))
+
+
+def walk_stage(node: NodeInfo, driver_walk: str | None) -> str | None:
+    """The node's stage while it is in the driver walk `driver_walk` names (None: no walk runs),
+    or None when it is not in one."""
+    state = parse_state(node.labels.get(STATE_LABEL))
+    if driver_walk is None or state is None:
+        return None
+    if state in IN_FLIGHT:
+        return driver_walk
+    return DRIVER_FAILED if state in FAILED_STATES else None
+
+
+def uninstall_stage_patches(owner: str, nodes: Iterable[NodeInfo]) -> list[NodePatch]:
+    """While a deleted DeviceConfig's nodes walk the driver uninstall (before their teardown), the
+    stage of those in the walk says so."""
+    patches = []
+    for node in nodes:
+        stage = walk_stage(node, DRIVER_UNINSTALLING) if owned_by(node, owner) else None
+        if stage is not None and node.annotations.get(STAGE_ANNOTATION) != stage:
+            patches.append(NodePatch(node.name, {}, {STAGE_ANNOTATION: stage}))
+    return patches
 
 
 def _driver_walk(spec: DeviceConfigSpec | None) -> str | None:

@@ -64,7 +64,7 @@ from gpuop_operator.model import (
 )
 from gpuop_operator.overridecheck import OVERRIDE_SUFFIXES, override_problems
 from gpuop_operator.overridecheck import REASON as REASON_OVERRIDE
-from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout
+from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout, uninstall_stage_patches
 from gpuop_operator.projection import config_map_name, plan_config_maps
 from gpuop_operator.remediation import RemediationPlan, marked_by_remediation, plan_release, plan_remediation
 from gpuop_operator.selector import matches
@@ -615,10 +615,11 @@ class Reconciler:
         if self._override_held(obj):
             return False
         owner = object_key(obj)
-        _ok, plan, _nodes = self._drive(owner, spec, nodes, pods, uninstall=True)
+        _ok, plan, after = self._drive(owner, spec, nodes, pods, uninstall=True)
         left = {n: s for n, s in plan.states.items() if s.version or s.state == "installing"}
         if not left:
             return True
+        self._apply(RolloutPlan(), uninstall_stage_patches(owner, after))
         previous = obj.get("status") or {}
         rollout = plan_rollout(owner, None, nodes, pods)
         status = build_status(
