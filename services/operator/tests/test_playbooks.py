@@ -365,6 +365,32 @@ def test_after_a_kernel_update_install_adds_the_headers_and_builds_the_module_fo
     assert json.loads((host.root / "var/lib/gpuop/driver/amd.json").read_text())["kernel"] == new
 
 
+@pytest.mark.parametrize("installed", ["ubuntu-22.04-amd", "ubuntu-24.04-nvidia"], indirect=True)
+def test_another_version_replaces_the_installed_driver_instead_of_keeping_it(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """apt and dnf leave an installed package at its version whatever the repository now offers:
+    the driver of the marker's version is removed first, then the new version's is installed."""
+    root = tmp_path / "root"
+    host = _copy(installed, root)
+    old = json.loads((root / f"var/lib/gpuop/driver/{host.vendor}.json").read_text())["version"]
+    new = {"amd": "6.3", "nvidia": "570.124.06"}[host.vendor]
+    before = len(hostfakes.recorded(root))
+    summary = play(host, driver={**installed.scenario.driver, "version": new})
+    assert summary.succeeded, summary.failed_tasks
+    commands = hostfakes.recorded(root)[before:]
+    purge = next(i for i, argv in enumerate(commands) if argv[:2] == ["apt-get", "purge"])
+    install = next(i for i, argv in enumerate(commands) if argv[:2] == ["apt-get", "install"])
+    assert purge < install, commands
+    # The same driver package comes off and goes on again, from the new version's repository.
+    assert set(commands[purge][3:]) & set(commands[install][4:]), commands
+    assert (
+        json.loads((root / f"var/lib/gpuop/driver/{host.vendor}.json").read_text())["version"] == new != old
+    )
+    again = play(host, driver={**installed.scenario.driver, "version": new})
+    assert again.succeeded and again.changed == 0
+
+
 @pytest.mark.parametrize("installed", ["ubuntu-22.04-amd"], indirect=True)
 def test_uninstall_takes_off_what_install_put_on_and_a_second_run_changes_nothing(
     installed: Installed, tmp_path: Path
