@@ -1,20 +1,39 @@
 """Fixtures for reconciler tests: a stub-pod SimCluster with the operand DaemonSets and ConfigMaps a
-Helm install of the umbrella chart would create, and an in-process operator driving it."""
+Helm install of the umbrella chart would create, and an in-process operator driving it; and for the
+driver planners' tests, `DriverWorld`, which applies each plan the way the reconciler and the
+cluster would: node patches, Jobs that run for a few passes and then succeed (or fail where a test
+says so), evictions that a PDB may refuse, reboots that change the bootID."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from gpuop_common.config.driver import DriverConfig
 from gpuop_common.kube import EventRecorder
 from gpuop_operator.crd import device_config_crd
-from gpuop_operator.driverjob import JobSettings
+from gpuop_operator.drain import NodePod
+from gpuop_operator.driverflow import (
+    PAUSE_VALUE,
+    TEST_REQUEST,
+    TEST_RESULT,
+    VERSION_LABEL,
+    DriverPlan,
+    FailedRun,
+    plan_driver,
+)
+from gpuop_operator.driverjob import JobSettings, JobView
+from gpuop_operator.driveruninstall import plan_uninstall
 from gpuop_operator.kubeio import KubeJson
+from gpuop_operator.model import AMD_PRESENT, NodeInfo, deploy_label
 from gpuop_operator.reconciler import Reconciler, ReconcilerSettings
+from gpuop_operator.upgrade import STATE_LABEL
 from gpuop_sim.cluster import SimCluster
 from gpuop_sim.workloads.kubeapi import CONFIGMAPS, DAEMONSETS, NAMESPACES, KubeRest, Resource
 from kubernetes import client, config
@@ -24,6 +43,7 @@ RELEASE = "gpuop"
 SERVICES = ("device-plugin", "node-labeller", "metrics-exporter")
 CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
+DP = deploy_label("device-plugin")
 
 
 def operand_daemonset(service: str) -> dict[str, Any]:
@@ -151,6 +171,171 @@ class OperatorKit:
     start_operator = staticmethod(start_operator)
     operator_running = staticmethod(operator_running)
     api_client_for = staticmethod(api_client_for)
+
+
+# ---- the driver planners (driverflow, driveruninstall) against a small model of a cluster ----
+def driver(version: str = "6.2", **policy: object) -> DriverConfig:
+    return DriverConfig.model_validate({"enable": True, "version": version, "upgradePolicy": policy})
+
+
+def gpu_node(name: str, **labels: str) -> NodeInfo:
+    return NodeInfo(name, {AMD_PRESENT: "true", **labels}, {}, boot_id=f"{name}-boot-0", gpus_allocatable=8)
+
+
+@dataclass
+class DriverWorld:
+    nodes: dict[str, NodeInfo]
+    job_passes: int = 2  # passes a Job runs before it finishes
+    fail_jobs_on: set[str] = field(default_factory=set)
+    pdb_blocks: set[str] = field(default_factory=set)  # pods whose eviction a PDB refuses
+    pods: dict[str, list[NodePod]] = field(default_factory=dict)
+    jobs: dict[tuple[str, str], JobView] = field(default_factory=dict)
+    ages: dict[tuple[str, str], int] = field(default_factory=dict)
+    operand_pods: set[tuple[str, str]] = field(default_factory=set)
+    failed_runs: dict[str, FailedRun] = field(default_factory=dict)
+    now: float = 1_000_000.0
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    created: list[tuple[str, str]] = field(default_factory=list)
+    reboots: int = 0
+    validation_recipe: str | None = None
+    failing_validation: set[str] = field(default_factory=set)
+    answered: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+    allocatable_expected: bool = True  # a device plugin advertises the GPUs
+    advertises: bool = True  # False: its GPUs never reach allocatable (nothing registers them)
+    uninstall: bool = False  # the driver is to come off (enable false / deletion, policy Uninstall)
+
+    def step(self, config: DriverConfig, seconds: float = 10.0) -> DriverPlan:
+        self.now += seconds
+        self._advance_jobs()
+        plan = (plan_uninstall if self.uninstall else plan_driver)(
+            config,
+            list(self.nodes.values()),
+            dict(self.jobs),
+            node_pods=self.pods,
+            operand_pods=frozenset(self.operand_pods),
+            failed_runs=self.failed_runs,
+            now=self.now,
+            job_deadline_s=600,
+            validation_recipe=self.validation_recipe,
+            validation_timeout_s=300,
+            allocatable_expected=self.allocatable_expected,
+        )
+        for patch in [*plan.patches, *plan.start_patches]:
+            node = self.nodes[patch.node]
+            labels = {**node.labels, **patch.labels}
+            annotations = {**node.annotations, **patch.annotations}
+            unschedulable = node.unschedulable if patch.unschedulable is None else patch.unschedulable
+            self.nodes[patch.node] = dataclasses.replace(
+                node,
+                labels={k: v for k, v in labels.items() if v is not None},
+                annotations={k: v for k, v in annotations.items() if v is not None},
+                unschedulable=unschedulable,
+            )
+        for job in plan.delete_jobs:
+            self.jobs.pop((job.node, job.operation), None)
+        for node, operation, _vendor, version in plan.create_jobs:
+            name = f"{operation}-{node}-{len(self.created)}"
+            self.created.append((node, operation))
+            self.jobs[(node, operation)] = JobView(name, f"uid-{name}", node, operation, version, "running")
+            self.ages[(node, operation)] = 0
+        for pod in plan.evict + plan.delete_pods:
+            if pod.name not in self.pdb_blocks:
+                self.pods[self._node_of(pod)].remove(pod)
+        # Paused operands' pods go away; resumed ones come back.
+        for name, node in self.nodes.items():
+            for label, value in node.labels.items():
+                service = label.removeprefix("gpuop.dev/deploy.")
+                if value == PAUSE_VALUE:
+                    self.operand_pods.discard((name, service))
+                elif value == "true" and label.startswith("gpuop.dev/deploy."):
+                    self.operand_pods.add((name, service))
+        # The kubelet: a stopped device plugin's devices leave allocatable at once; its pod back,
+        # they return (the re-registration, one pass later for the planner).
+        for name, node in self.nodes.items():
+            if node.labels.get(DP) == PAUSE_VALUE and node.gpus_allocatable:
+                self.nodes[name] = dataclasses.replace(node, gpus_allocatable=0)
+            elif (
+                self.advertises and (name, "device-plugin") in self.operand_pods and not node.gpus_allocatable
+            ):
+                self.nodes[name] = dataclasses.replace(node, gpus_allocatable=8)
+        self.events += [(e.node, e.reason, e.message) for e in plan.events]
+        self.finished += [node for node, _ in plan.finished]
+        self.durations += [seconds for _, seconds in plan.finished]
+        self._answer_test_requests()
+        return plan
+
+    def _answer_test_requests(self) -> None:
+        """The nodes' test runners: answer a request and clear it (docs/test-runner.md)."""
+        for name, node in self.nodes.items():
+            request = node.annotations.get(TEST_REQUEST)
+            if not request or (name, "test-runner") not in self.operand_pods:
+                continue
+            recipe, _, request_id = request.partition(":")
+            result = "Failed" if name in self.failing_validation else "Passed"
+            answer = json.dumps(
+                {"requestId": request_id, "recipe": recipe, "result": result, "reason": "gpu 0: ECC"}
+            )
+            annotations = {k: v for k, v in node.annotations.items() if k != TEST_REQUEST}
+            self.nodes[name] = dataclasses.replace(node, annotations={**annotations, TEST_RESULT: answer})
+            self.answered.append(name)
+
+    def _node_of(self, pod: NodePod) -> str:
+        return next(node for node, pods in self.pods.items() if pod in pods)
+
+    def _advance_jobs(self) -> None:
+        for key, job in list(self.jobs.items()):
+            if job.phase != "running":
+                continue
+            self.ages[key] += 1
+            if self.ages[key] < self.job_passes:
+                continue
+            node, operation = key
+            if operation == "node-reboot":
+                self.nodes[node] = dataclasses.replace(
+                    self.nodes[node], boot_id=f"{node}-boot-{self.reboots + 1}"
+                )
+                self.reboots += 1
+                self.jobs[key] = dataclasses.replace(
+                    job, phase="failed", reason="PodFailed"
+                )  # died with the host
+            elif node in self.fail_jobs_on:
+                self.jobs[key] = dataclasses.replace(job, phase="failed", reason="BackoffLimitExceeded")
+                self.failed_runs[job.uid] = FailedRun(
+                    "task 'Build amdgpu-dkms': dkms build failed",
+                    (("Build amdgpu-dkms", "make: *** Error 2"),),
+                )
+            else:
+                self.jobs[key] = dataclasses.replace(job, phase="succeeded")
+
+    def states(self) -> dict[str, str | None]:
+        return {name: node.labels.get(STATE_LABEL) for name, node in self.nodes.items()}
+
+
+def installed_world(n: int = 3, **kwargs: object) -> DriverWorld:
+    """`n` nodes with the driver installed by gpuop, operands running, plus one with a pre-installed
+    driver (no version label of ours)."""
+    nodes = {f"n{i}": gpu_node(f"n{i}", **{VERSION_LABEL: "6.2", DP: "true"}) for i in range(n)}
+    # A state label of an old walk but no version label of ours: still not ours to touch.
+    nodes["own-driver"] = gpu_node("own-driver", **{DP: "true", STATE_LABEL: "upgrade-done"})
+    world = DriverWorld(nodes, **kwargs)  # type: ignore[arg-type]
+    world.operand_pods = {(name, "device-plugin") for name in nodes}
+    return world
+
+
+class PlannerKit:
+    """The driver planners' world above, handed to tests as the `pk` fixture."""
+
+    world = DriverWorld
+    driver = staticmethod(driver)
+    gpu_node = staticmethod(gpu_node)
+    installed_world = staticmethod(installed_world)
+
+
+@pytest.fixture(scope="session")
+def pk() -> PlannerKit:
+    return PlannerKit()
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,7 @@
 """The driver lifecycle planner (driverflow) against a small model of a cluster, pass by pass.
 
-`World` applies each plan the way the reconciler and the cluster would: node patches, Jobs that run
-for a few passes and then succeed (or fail where a test says so), evictions that a PDB may refuse,
-reboots that change the bootID. The bounds are checked after every single pass, not at the end.
+`pk.world` (conftest's `DriverWorld`) applies each plan the way the reconciler and the cluster
+would. The bounds are checked after every single pass, not at the end.
 """
 
 from __future__ import annotations
@@ -10,25 +9,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from gpuop_common.config.driver import DriverConfig
 from gpuop_operator.drain import NodePod, plan_drain
+from gpuop_operator.driverdefaults import default_driver_versions
 from gpuop_operator.driverflow import (
     ADMIN_CORDON,
     FAILURE,
     PAUSE_VALUE,
-    TEST_REQUEST,
     TEST_RESULT,
     VERSION_LABEL,
     DriverPlan,
-    FailedRun,
+    JobRequest,
     NodeEvent,
     plan_driver,
 )
 from gpuop_operator.driverjob import JobView
-from gpuop_operator.model import AMD_PRESENT, NodeInfo, deploy_label
+from gpuop_operator.model import NodeInfo, deploy_label
 from gpuop_operator.plan import plan_rollout
 from gpuop_operator.upgrade import IN_FLIGHT, STATE_LABEL, UpgradeState, is_unavailable, parse_state
 
@@ -36,162 +35,22 @@ DP = deploy_label("device-plugin")
 EXPORTER = deploy_label("metrics-exporter")
 
 
-def driver(version: str = "6.2", **policy: object) -> DriverConfig:
-    return DriverConfig.model_validate({"enable": True, "version": version, "upgradePolicy": policy})
-
-
-def gpu_node(name: str, **labels: str) -> NodeInfo:
-    return NodeInfo(name, {AMD_PRESENT: "true", **labels}, {}, boot_id=f"{name}-boot-0", gpus_allocatable=8)
-
-
-@dataclass
-class World:
-    nodes: dict[str, NodeInfo]
-    job_passes: int = 2  # passes a Job runs before it finishes
-    fail_jobs_on: set[str] = field(default_factory=set)
-    pdb_blocks: set[str] = field(default_factory=set)  # pods whose eviction a PDB refuses
-    pods: dict[str, list[NodePod]] = field(default_factory=dict)
-    jobs: dict[tuple[str, str], JobView] = field(default_factory=dict)
-    ages: dict[tuple[str, str], int] = field(default_factory=dict)
-    operand_pods: set[tuple[str, str]] = field(default_factory=set)
-    failed_runs: dict[str, FailedRun] = field(default_factory=dict)
-    now: float = 1_000_000.0
-    events: list[tuple[str, str, str]] = field(default_factory=list)
-    created: list[tuple[str, str]] = field(default_factory=list)
-    reboots: int = 0
-    validation_recipe: str | None = None
-    failing_validation: set[str] = field(default_factory=set)
-    answered: list[str] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)
-    durations: list[float] = field(default_factory=list)
-    allocatable_expected: bool = True  # a device plugin advertises the GPUs
-    advertises: bool = True  # False: its GPUs never reach allocatable (nothing registers them)
-
-    def step(self, config: DriverConfig, seconds: float = 10.0) -> DriverPlan:
-        self.now += seconds
-        self._advance_jobs()
-        plan = plan_driver(
-            config,
-            list(self.nodes.values()),
-            dict(self.jobs),
-            node_pods=self.pods,
-            operand_pods=frozenset(self.operand_pods),
-            failed_runs=self.failed_runs,
-            now=self.now,
-            job_deadline_s=600,
-            validation_recipe=self.validation_recipe,
-            validation_timeout_s=300,
-            allocatable_expected=self.allocatable_expected,
-        )
-        for patch in [*plan.patches, *plan.start_patches]:
-            node = self.nodes[patch.node]
-            labels = {**node.labels, **patch.labels}
-            annotations = {**node.annotations, **patch.annotations}
-            unschedulable = node.unschedulable if patch.unschedulable is None else patch.unschedulable
-            self.nodes[patch.node] = dataclasses.replace(
-                node,
-                labels={k: v for k, v in labels.items() if v is not None},
-                annotations={k: v for k, v in annotations.items() if v is not None},
-                unschedulable=unschedulable,
-            )
-        for job in plan.delete_jobs:
-            self.jobs.pop((job.node, job.operation), None)
-        for node, operation, _vendor in plan.create_jobs:
-            name = f"{operation}-{node}-{len(self.created)}"
-            self.created.append((node, operation))
-            self.jobs[(node, operation)] = JobView(
-                name, f"uid-{name}", node, operation, config.version, "running"
-            )
-            self.ages[(node, operation)] = 0
-        for pod in plan.evict + plan.delete_pods:
-            if pod.name not in self.pdb_blocks:
-                self.pods[self._node_of(pod)].remove(pod)
-        # Paused operands' pods go away; resumed ones come back.
-        for name, node in self.nodes.items():
-            for label, value in node.labels.items():
-                service = label.removeprefix("gpuop.dev/deploy.")
-                if value == PAUSE_VALUE:
-                    self.operand_pods.discard((name, service))
-                elif value == "true" and label.startswith("gpuop.dev/deploy."):
-                    self.operand_pods.add((name, service))
-        # The kubelet: a stopped device plugin's devices leave allocatable at once; its pod back,
-        # they return (the re-registration, one pass later for the planner).
-        for name, node in self.nodes.items():
-            if node.labels.get(DP) == PAUSE_VALUE and node.gpus_allocatable:
-                self.nodes[name] = dataclasses.replace(node, gpus_allocatable=0)
-            elif (
-                self.advertises and (name, "device-plugin") in self.operand_pods and not node.gpus_allocatable
-            ):
-                self.nodes[name] = dataclasses.replace(node, gpus_allocatable=8)
-        self.events += [(e.node, e.reason, e.message) for e in plan.events]
-        self.finished += [node for node, _ in plan.finished]
-        self.durations += [seconds for _, seconds in plan.finished]
-        self._answer_test_requests()
-        return plan
-
-    def _answer_test_requests(self) -> None:
-        """The nodes' test runners: answer a request and clear it (docs/test-runner.md)."""
-        for name, node in self.nodes.items():
-            request = node.annotations.get(TEST_REQUEST)
-            if not request or (name, "test-runner") not in self.operand_pods:
-                continue
-            recipe, _, request_id = request.partition(":")
-            result = "Failed" if name in self.failing_validation else "Passed"
-            answer = json.dumps(
-                {"requestId": request_id, "recipe": recipe, "result": result, "reason": "gpu 0: ECC"}
-            )
-            annotations = {k: v for k, v in node.annotations.items() if k != TEST_REQUEST}
-            self.nodes[name] = dataclasses.replace(node, annotations={**annotations, TEST_RESULT: answer})
-            self.answered.append(name)
-
-    def _node_of(self, pod: NodePod) -> str:
-        return next(node for node, pods in self.pods.items() if pod in pods)
-
-    def _advance_jobs(self) -> None:
-        for key, job in list(self.jobs.items()):
-            if job.phase != "running":
-                continue
-            self.ages[key] += 1
-            if self.ages[key] < self.job_passes:
-                continue
-            node, operation = key
-            if operation == "node-reboot":
-                self.nodes[node] = dataclasses.replace(
-                    self.nodes[node], boot_id=f"{node}-boot-{self.reboots + 1}"
-                )
-                self.reboots += 1
-                self.jobs[key] = dataclasses.replace(
-                    job, phase="failed", reason="PodFailed"
-                )  # died with the host
-            elif node in self.fail_jobs_on:
-                self.jobs[key] = dataclasses.replace(job, phase="failed", reason="BackoffLimitExceeded")
-                self.failed_runs[job.uid] = FailedRun(
-                    "task 'Build amdgpu-dkms': dkms build failed",
-                    (("Build amdgpu-dkms", "make: *** Error 2"),),
-                )
-            else:
-                self.jobs[key] = dataclasses.replace(job, phase="succeeded")
-
-    def states(self) -> dict[str, str | None]:
-        return {name: node.labels.get(STATE_LABEL) for name, node in self.nodes.items()}
-
-
-def test_a_fresh_node_gets_one_install_job_then_the_version_label_and_an_event() -> None:
-    world = World({"n0": gpu_node("n0")})
-    first = world.step(driver())
-    assert first.create_jobs == [("n0", "driver-install", "amd")]
+def test_a_fresh_node_gets_one_install_job_then_the_version_label_and_an_event(pk: Any) -> None:
+    world = pk.world({"n0": pk.gpu_node("n0")})
+    first = world.step(pk.driver())
+    assert [j[:3] for j in first.create_jobs] == [("n0", "driver-install", "amd")]
     assert first.states["n0"].state == "installing"
-    assert world.step(driver()).create_jobs == []  # the Job exists: never a second one
+    assert world.step(pk.driver()).create_jobs == []  # the Job exists: never a second one
     for _ in range(3):
-        world.step(driver())
+        world.step(pk.driver())
     assert world.nodes["n0"].labels[VERSION_LABEL] == "6.2"
     assert STATE_LABEL not in world.nodes["n0"].labels
     assert ("n0", "DriverInstalled") in {(n, r) for n, r, _ in world.events}
     assert world.created == [("n0", "driver-install")]
 
 
-def test_operands_wait_for_the_driver_stage() -> None:
-    spec_nodes = [gpu_node("n0"), gpu_node("n1", **{VERSION_LABEL: "6.2"})]
+def test_operands_wait_for_the_driver_stage(pk: Any) -> None:
+    spec_nodes = [pk.gpu_node("n0"), pk.gpu_node("n1", **{VERSION_LABEL: "6.2"})]
     from gpuop_common.config import DeviceConfigSpec
 
     spec = DeviceConfigSpec.model_validate({"driver": {"enable": True, "version": "6.2"}})
@@ -203,10 +62,10 @@ def test_operands_wait_for_the_driver_stage() -> None:
     assert "gpuop.dev/deploy.driver" not in by_node["n1"].patch.labels  # no DaemonSet for the driver
 
 
-def test_a_failing_dkms_build_fails_the_node_with_the_task_in_events() -> None:
-    world = World({"n0": gpu_node("n0")}, fail_jobs_on={"n0"})
+def test_a_failing_dkms_build_fails_the_node_with_the_task_in_events(pk: Any) -> None:
+    world = pk.world({"n0": pk.gpu_node("n0")}, fail_jobs_on={"n0"})
     for _ in range(4):
-        world.step(driver())
+        world.step(pk.driver())
     node = world.nodes["n0"]
     assert node.labels[STATE_LABEL] == UpgradeState.FAILED.value
     assert "dkms build failed" in node.annotations[FAILURE]
@@ -214,19 +73,21 @@ def test_a_failing_dkms_build_fails_the_node_with_the_task_in_events() -> None:
     assert task_events and "Error 2" in task_events[0]
     count = len(world.events)
     for _ in range(3):
-        world.step(driver())
+        world.step(pk.driver())
     assert len(world.events) == count  # reported once, not on every pass
     assert world.created == [("n0", "driver-install")]  # and not retried by itself
 
 
-def installed_cluster(count: int, version: str = "6.1", **extra: str) -> dict[str, NodeInfo]:
+def installed_cluster(pk: Any, count: int, version: str = "6.1", **extra: str) -> dict[str, NodeInfo]:
     return {
-        f"n{i:02d}": gpu_node(f"n{i:02d}", **{VERSION_LABEL: version, DP: "true", EXPORTER: "true"}, **extra)
+        f"n{i:02d}": pk.gpu_node(
+            f"n{i:02d}", **{VERSION_LABEL: version, DP: "true", EXPORTER: "true"}, **extra
+        )
         for i in range(count)
     }
 
 
-def check_bounds(world: World, max_parallel: int, max_unavailable: int) -> int:
+def check_bounds(world: Any, max_parallel: int, max_unavailable: int) -> int:
     """Asserts both bounds now; returns the nodes in flight."""
     states = [parse_state(s) for s in world.states().values()]
     in_flight = sum(1 for s in states if s in IN_FLIGHT)
@@ -241,9 +102,9 @@ def check_bounds(world: World, max_parallel: int, max_unavailable: int) -> int:
     return in_flight
 
 
-def test_fifty_nodes_upgrade_within_both_bounds_at_every_pass_and_one_failure_stays_failed() -> None:
-    world = World(installed_cluster(50), fail_jobs_on={"n17"})
-    config = driver("6.2", maxParallelUpgrades=5, maxUnavailableNodes="20%", rebootRequired=True)
+def test_fifty_nodes_upgrade_within_both_bounds_at_every_pass_and_one_failure_stays_failed(pk: Any) -> None:
+    world = pk.world(installed_cluster(pk, 50), fail_jobs_on={"n17"})
+    config = pk.driver("6.2", maxParallelUpgrades=5, maxUnavailableNodes="20%", rebootRequired=True)
     limit = math.ceil(0.2 * 50)
     widest = 0
     for _ in range(400):
@@ -264,11 +125,11 @@ def test_fifty_nodes_upgrade_within_both_bounds_at_every_pass_and_one_failure_st
     assert all(seconds > 0 for seconds in world.durations)
 
 
-def test_the_unavailable_budget_counts_nodes_cordoned_by_someone_else() -> None:
-    nodes = installed_cluster(10)
+def test_the_unavailable_budget_counts_nodes_cordoned_by_someone_else(pk: Any) -> None:
+    nodes = installed_cluster(pk, 10)
     nodes["n09"] = dataclasses.replace(nodes["n09"], unschedulable=True)  # an admin's, not ours
-    world = World(nodes)
-    config = driver("6.2", maxParallelUpgrades=10, maxUnavailableNodes=3, rebootRequired=False)
+    world = pk.world(nodes)
+    config = pk.driver("6.2", maxParallelUpgrades=10, maxUnavailableNodes=3, rebootRequired=False)
     widest = 0
     for _ in range(200):
         world.step(config)
@@ -278,9 +139,9 @@ def test_the_unavailable_budget_counts_nodes_cordoned_by_someone_else() -> None:
     assert widest == 3
 
 
-def test_a_failed_node_is_retried_only_when_a_person_sets_it_back() -> None:
-    world = World(installed_cluster(1), fail_jobs_on={"n00"})
-    config = driver("6.2", rebootRequired=False)
+def test_a_failed_node_is_retried_only_when_a_person_sets_it_back(pk: Any) -> None:
+    world = pk.world(installed_cluster(pk, 1), fail_jobs_on={"n00"})
+    config = pk.driver("6.2", rebootRequired=False)
     for _ in range(20):
         world.step(config)
     assert world.states()["n00"] == UpgradeState.FAILED.value
@@ -295,11 +156,11 @@ def test_a_failed_node_is_retried_only_when_a_person_sets_it_back() -> None:
     assert world.nodes["n00"].labels[VERSION_LABEL] == "6.2"
 
 
-def test_an_admin_cordoned_node_stays_cordoned_after_its_upgrade() -> None:
-    nodes = installed_cluster(2)
+def test_an_admin_cordoned_node_stays_cordoned_after_its_upgrade(pk: Any) -> None:
+    nodes = installed_cluster(pk, 2)
     nodes["n00"] = dataclasses.replace(nodes["n00"], unschedulable=True)
-    world = World(nodes)
-    config = driver("6.2", maxParallelUpgrades=2, maxUnavailableNodes=2, rebootRequired=False)
+    world = pk.world(nodes)
+    config = pk.driver("6.2", maxParallelUpgrades=2, maxUnavailableNodes=2, rebootRequired=False)
     for _ in range(30):
         world.step(config)
     assert world.states() == {"n00": "upgrade-done", "n01": "upgrade-done"}
@@ -307,15 +168,15 @@ def test_an_admin_cordoned_node_stays_cordoned_after_its_upgrade() -> None:
     assert ADMIN_CORDON not in world.nodes["n00"].annotations  # step marks are cleaned up
 
 
-def test_a_pdb_that_blocks_eviction_fails_the_drain_at_its_timeout() -> None:
-    world = World(installed_cluster(1))
+def test_a_pdb_that_blocks_eviction_fails_the_drain_at_its_timeout(pk: Any) -> None:
+    world = pk.world(installed_cluster(pk, 1))
     world.pods["n00"] = [
         NodePod("apps", "db-0", "u1", "StatefulSet"),
         NodePod("apps", "web-1", "u2", "ReplicaSet"),
         NodePod("gpu-operator", "dp-x", "u3", "DaemonSet"),
     ]
     world.pdb_blocks = {"db-0"}
-    config = driver("6.2", nodeDrainPolicy={"timeoutSeconds": 60}, rebootRequired=False)
+    config = pk.driver("6.2", nodeDrainPolicy={"timeoutSeconds": 60}, rebootRequired=False)
     evicted: list[str] = []
     for _ in range(15):
         plan = world.step(config)
@@ -353,18 +214,18 @@ def test_drain_treats_each_kind_of_pod_like_kubectl_drain(case: str, pod: NodePo
     assert got == outcome, case
 
 
-def test_an_unmanaged_pod_fails_the_drain_naming_it_unless_forced() -> None:
-    world = World(installed_cluster(1))
+def test_an_unmanaged_pod_fails_the_drain_naming_it_unless_forced(pk: Any) -> None:
+    world = pk.world(installed_cluster(pk, 1))
     world.pods["n00"] = [NodePod("default", "hand-made", "u1", "")]
     for _ in range(5):
-        world.step(driver("6.2", rebootRequired=False))
+        world.step(pk.driver("6.2", rebootRequired=False))
     assert world.states()["n00"] == UpgradeState.FAILED.value
     assert "default/hand-made not managed by a controller" in world.nodes["n00"].annotations[FAILURE]
 
 
-def test_operands_are_paused_before_the_job_and_resumed_after_the_reboot() -> None:
-    world = World(installed_cluster(1))
-    config = driver("6.2", rebootRequired=True)
+def test_operands_are_paused_before_the_job_and_resumed_after_the_reboot(pk: Any) -> None:
+    world = pk.world(installed_cluster(pk, 1))
+    config = pk.driver("6.2", rebootRequired=True)
     seen: list[tuple[str | None, str | None, bool]] = []
     for _ in range(30):
         world.step(config)
@@ -390,32 +251,34 @@ def test_operands_are_paused_before_the_job_and_resumed_after_the_reboot() -> No
     ]
 
 
-def test_a_start_cordons_and_drains_in_one_patch_and_a_drained_node_pauses_its_operands_at_once() -> None:
+def test_a_start_cordons_and_drains_in_one_patch_and_a_drained_node_pauses_its_operands_at_once(
+    pk: Any,
+) -> None:
     """Steps that wait on nothing outside the pass are taken in it, in one patch per node: a
     version change starts a free node (required -> cordoned -> draining); the next pass, with its
     pods listed and none to evict, goes on to pod-restart and pauses the operands."""
-    world = World(installed_cluster(1))  # device plugin and exporter running
+    world = pk.world(installed_cluster(pk, 1))  # device plugin and exporter running
     world.operand_pods |= {("n00", "device-plugin"), ("n00", "metrics-exporter")}
-    plan = world.step(driver("6.2", rebootRequired=False))
+    plan = world.step(pk.driver("6.2", rebootRequired=False))
     assert plan.patches == [] and len(plan.start_patches) == 1
     start = plan.start_patches[0]
     assert start.labels[STATE_LABEL] == UpgradeState.DRAINING.value and start.unschedulable is True
     assert [e.reason for e in plan.events] == ["DriverUpgradeStarted"]
     world.pods["n00"] = []  # the reconciler lists a draining node's pods: nothing to evict
-    plan = world.step(driver("6.2", rebootRequired=False))
+    plan = world.step(pk.driver("6.2", rebootRequired=False))
     assert len(plan.patches) == 1 and plan.start_patches == []
     patch = plan.patches[0]
     paused = {DP: PAUSE_VALUE, EXPORTER: PAUSE_VALUE}
     assert patch.labels == {STATE_LABEL: UpgradeState.POD_RESTART.value, **paused}
     assert plan.create_jobs == []  # the operands' pods must go before the build starts
-    plan = world.step(driver("6.2", rebootRequired=False))
+    plan = world.step(pk.driver("6.2", rebootRequired=False))
     assert [j[:2] for j in plan.create_jobs] == [("n00", "driver-install")]
     assert world.nodes["n00"].labels[STATE_LABEL] == UpgradeState.UPGRADING.value
 
 
-def test_a_node_that_finishes_hands_its_slot_on_in_the_same_pass() -> None:
-    world = World(installed_cluster(2))
-    config = driver("6.2", maxParallelUpgrades=1, rebootRequired=False)
+def test_a_node_that_finishes_hands_its_slot_on_in_the_same_pass(pk: Any) -> None:
+    world = pk.world(installed_cluster(pk, 2))
+    config = pk.driver("6.2", maxParallelUpgrades=1, rebootRequired=False)
     for _ in range(30):
         plan = world.step(config)
         if plan.finished:
@@ -431,20 +294,23 @@ def test_writes_of_a_node_whose_patch_failed_are_held_back() -> None:
     job = JobView("j", "u", "n00", "driver-install", "6.1", "succeeded")
     pod = NodePod("default", "p", "u2", "ReplicaSet", node="n01")
     plan = DriverPlan(
-        create_jobs=[("n00", "driver-install", "amd"), ("n01", "driver-install", "amd")],
+        create_jobs=[
+            JobRequest("n00", "driver-install", "amd", "6.1"),
+            JobRequest("n01", "driver-install", "amd", "6.1"),
+        ],
         delete_jobs=[job],
         evict=[pod],
         events=[NodeEvent("n00", "DriverUpgradeStarted", "m"), NodeEvent("n01", "DriverUpgraded", "m")],
     )
     kept = plan.without({"n00"})
-    assert kept.create_jobs == [("n01", "driver-install", "amd")] and kept.delete_jobs == []
+    assert [j.node for j in kept.create_jobs] == ["n01"] and kept.delete_jobs == []
     assert kept.evict == [pod] and [e.node for e in kept.events] == ["n01"]
     assert plan.without({"n01"}).evict == [] and plan.without(set()) is plan
 
 
-def test_a_restarted_operator_resumes_from_the_labels_and_repeats_no_finished_node() -> None:
-    world = World(installed_cluster(6))
-    config = driver("6.2", maxParallelUpgrades=2, maxUnavailableNodes=2, rebootRequired=False)
+def test_a_restarted_operator_resumes_from_the_labels_and_repeats_no_finished_node(pk: Any) -> None:
+    world = pk.world(installed_cluster(pk, 6))
+    config = pk.driver("6.2", maxParallelUpgrades=2, maxUnavailableNodes=2, rebootRequired=False)
     for _ in range(12):
         world.step(config)
     done_before = {n for n, s in world.states().items() if s == UpgradeState.DONE.value}
@@ -459,36 +325,36 @@ def test_a_restarted_operator_resumes_from_the_labels_and_repeats_no_finished_no
     assert repeated == []
 
 
-def test_an_invalid_state_label_is_reported_and_the_node_left_alone() -> None:
-    world = World(installed_cluster(1, **{STATE_LABEL: "half-way"}))
-    plan = world.step(driver("6.2"))
+def test_an_invalid_state_label_is_reported_and_the_node_left_alone(pk: Any) -> None:
+    world = pk.world(installed_cluster(pk, 1, **{STATE_LABEL: "half-way"}))
+    plan = world.step(pk.driver("6.2"))
     assert plan.states["n00"].state == "invalid-state"
     assert "half-way" in plan.states["n00"].message
     assert plan.patches == [] and plan.create_jobs == []
 
 
-def test_a_node_without_a_single_vendor_label_is_reported() -> None:
+def test_a_node_without_a_single_vendor_label_is_reported(pk: Any) -> None:
     node = NodeInfo("cpu-0", {}, {})
-    plan = plan_driver(driver(), [node], {}, now=0)
+    plan = plan_driver(pk.driver(), [node], {}, now=0)
     assert plan.states["cpu-0"].state == "unknown-vendor" and plan.create_jobs == []
 
 
-def test_upgrades_disabled_leaves_version_drift_visible() -> None:
-    world = World(installed_cluster(1))
+def test_upgrades_disabled_leaves_version_drift_visible(pk: Any) -> None:
+    world = pk.world(installed_cluster(pk, 1))
     plan = world.step(
         DriverConfig.model_validate({"enable": True, "version": "6.2", "upgradePolicy": {"enable": False}})
     )
     assert plan.states["n00"].state == "version-drift" and plan.patches == []
 
 
-def test_with_a_validation_recipe_the_test_runner_must_pass_the_node_first() -> None:
+def test_with_a_validation_recipe_the_test_runner_must_pass_the_node_first(pk: Any) -> None:
     runner = deploy_label("test-runner")
-    nodes = installed_cluster(2, **{runner: "true"})
-    world = World(nodes, validation_recipe="gst_single", failing_validation={"n01"})
+    nodes = installed_cluster(pk, 2, **{runner: "true"})
+    world = pk.world(nodes, validation_recipe="gst_single", failing_validation={"n01"})
     world.nodes["n01"] = dataclasses.replace(
         world.nodes["n01"], annotations={TEST_RESULT: json.dumps({"requestId": "old", "result": "Passed"})}
     )
-    config = driver("6.2", maxParallelUpgrades=2, maxUnavailableNodes=2, rebootRequired=False)
+    config = pk.driver("6.2", maxParallelUpgrades=2, maxUnavailableNodes=2, rebootRequired=False)
     for _ in range(30):
         world.step(config)
     assert world.states() == {"n00": "upgrade-done", "n01": "upgrade-failed"}
@@ -497,9 +363,11 @@ def test_with_a_validation_recipe_the_test_runner_must_pass_the_node_first() -> 
     assert world.nodes["n01"].unschedulable and not world.nodes["n00"].unschedulable
 
 
-def test_a_validation_nobody_answers_times_out() -> None:
-    world = World(installed_cluster(1), validation_recipe="gst_single")  # no test runner pod on the node
-    config = driver("6.2", rebootRequired=False)
+def test_a_validation_nobody_answers_times_out(pk: Any) -> None:
+    world = pk.world(
+        installed_cluster(pk, 1), validation_recipe="gst_single"
+    )  # no test runner pod on the node
+    config = pk.driver("6.2", rebootRequired=False)
     for _ in range(120):
         world.step(config)
     assert world.states()["n00"] == "upgrade-failed"
@@ -509,19 +377,55 @@ def test_a_validation_nobody_answers_times_out() -> None:
     )
 
 
-def test_without_a_device_plugin_validation_needs_no_gpus_in_allocatable() -> None:
+def test_without_a_device_plugin_validation_needs_no_gpus_in_allocatable(pk: Any) -> None:
     """With the device plugin off (DRA driver, or nothing advertising GPUs) allocatable never
     fills: a Ready node finishes; with it on, the same node waits and says for what."""
     nodes = {
-        name: dataclasses.replace(node, gpus_allocatable=0) for name, node in installed_cluster(1).items()
+        name: dataclasses.replace(node, gpus_allocatable=0) for name, node in installed_cluster(pk, 1).items()
     }
-    waiting = World(dict(nodes), advertises=False)
+    waiting = pk.world(dict(nodes), advertises=False)
     for _ in range(12):
-        plan = waiting.step(driver("6.2"))
+        plan = waiting.step(pk.driver("6.2"))
     assert parse_state(waiting.nodes["n00"].labels[STATE_LABEL]) is UpgradeState.VALIDATING
     assert plan.states["n00"].message == "waiting for the GPUs in allocatable"
-    without_plugin = World(dict(nodes), allocatable_expected=False, advertises=False)
+    without_plugin = pk.world(dict(nodes), allocatable_expected=False, advertises=False)
     for _ in range(12):
-        without_plugin.step(driver("6.2"))
+        without_plugin.step(pk.driver("6.2"))
     assert without_plugin.nodes["n00"].labels[STATE_LABEL] == UpgradeState.DONE.value
     assert without_plugin.finished == ["n00"]
+
+
+def test_an_empty_version_is_the_vendors_default_and_writing_it_out_later_changes_nothing(pk: Any) -> None:
+    """The playbook installs `default_driver_versions` for an empty version: the node is labelled
+    with that concrete version, so setting it explicitly later is no upgrade and no Job."""
+    default = default_driver_versions()["amd"]
+    world = pk.world({"n0": pk.gpu_node("n0")})
+    first = world.step(pk.driver(""))
+    assert [tuple(j) for j in first.create_jobs] == [("n0", "driver-install", "amd", default)]
+    for _ in range(3):
+        world.step(pk.driver(""))
+    assert world.nodes["n0"].labels[VERSION_LABEL] == default
+    created = len(world.created)
+    explicit = world.step(pk.driver(default))
+    assert explicit.patches == [] and explicit.start_patches == [] and explicit.create_jobs == []
+    assert explicit.states["n0"].state == "installed" and world.states()["n0"] is None
+    assert len(world.created) == created
+
+
+@pytest.mark.parametrize("spec_version", ["", "default-written-out"])
+def test_a_legacy_default_label_is_relabelled_to_the_concrete_default_without_a_job(
+    pk: Any, spec_version: str
+) -> None:
+    """Older operators labelled an empty version `default`; that is the vendor's default version
+    (what the playbook installed), so no upgrade, only the label written out."""
+    default = default_driver_versions()["amd"]
+    version = default if spec_version else ""
+    world = pk.world({"n0": pk.gpu_node("n0", **{VERSION_LABEL: "default", DP: "true"})})
+    plan = world.step(pk.driver(version))
+    assert [p.labels for p in plan.patches] == [{VERSION_LABEL: default}]
+    assert plan.create_jobs == [] and plan.start_patches == []
+    assert plan.states["n0"].state == "installed" and plan.states["n0"].version == default
+    for _ in range(3):
+        plan = world.step(pk.driver(version))
+        assert plan.patches == [] and plan.create_jobs == []
+    assert world.created == [] and STATE_LABEL not in world.nodes["n0"].labels

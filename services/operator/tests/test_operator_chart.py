@@ -152,7 +152,12 @@ def test_operator_deployment_args_parse_and_probe_port_8080() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "values",
-    [["driverJobs.activeDeadlineSeconds=5"], ["driverJobs.playbookOverrides=Not_A_Name"], ["driverJobs.x=1"]],
+    [
+        ["driverJobs.activeDeadlineSeconds=5"],
+        ["driverJobs.playbookOverrides=Not_A_Name"],
+        ["driverJobs.x=1"],
+        ["driverJobs.priorityClassName=Not A Class"],
+    ],
 )
 def test_driver_job_values_are_checked(values: list[str]) -> None:
     with pytest.raises(helm.ChartError):
@@ -176,6 +181,7 @@ def test_driver_jobs_get_the_operator_image_and_the_rbac_they_need() -> None:
     assert settings.driver_playbook_overrides == "my-playbooks"
     assert settings.driver_job_host_exec == "chroot /host"
     assert settings.driver_job_deadline == 3600
+    assert settings.driver_job_priority_class == "system-node-critical"
     (cluster_role,) = [
         r for r in by_kind(manifests, "ClusterRole") if r["metadata"]["name"] == "gpuop-operator"
     ]
@@ -185,6 +191,17 @@ def test_driver_jobs_get_the_operator_image_and_the_rbac_they_need() -> None:
     (role,) = [r for r in by_kind(manifests, "Role") if r["metadata"]["name"] == "gpuop-operator"]
     job_rule = next(r for r in role["rules"] if r["resources"] == ["jobs"])
     assert {"create", "delete", "watch"} <= set(job_rule["verbs"])
+
+
+@pytest.mark.slow
+def test_an_empty_priority_class_reaches_the_operator_as_none() -> None:
+    """Where a ResourceQuota refuses system-node-critical outside kube-system (GKE), "" must reach the
+    operator as "no class", not fall back to the default."""
+    for chart, key in ((CHARTS / "operator", ""), (UMBRELLA, "operator.")):
+        manifests = helm.template(chart, values=[f"{key}driverJobs.priorityClassName="])
+        (deployment,) = [d for d in by_kind(manifests, "Deployment") if "operator" in d["metadata"]["name"]]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert parse_settings(OperatorSettings, container["args"]).driver_job_priority_class == "", chart
 
 
 @pytest.mark.slow

@@ -125,7 +125,8 @@ def test_fresh_nodes_get_one_privileged_job_each_and_operands_only_after_it(
     assert pod["nodeName"] == "amd-0" and pod["hostPID"] is True
     assert pod["tolerations"] == [{"operator": "Exists"}]
     container = pod["containers"][0]
-    assert container["securityContext"] == {"privileged": True}
+    assert container["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsGroup": 0}
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert container["args"][:6] == [
         "playbook",
         "driver-install",
@@ -372,3 +373,100 @@ def test_a_pdb_that_never_allows_the_eviction_fails_that_node_at_the_drain_timeo
     )
     pods = api.list(Resource("v1", "pods", "Pod"), "default", labelSelector="app=db")[0]
     assert [p["spec"]["nodeName"] for p in pods] == ["amd-2"]  # the budget held
+
+
+def uninstall_spec(policy: str) -> dict[str, Any]:
+    return {
+        "driver": {
+            "enable": False,
+            "uninstallPolicy": policy,
+            "upgradePolicy": {"rebootRequired": False, "maxParallelUpgrades": 2, "maxUnavailableNodes": 3},
+        }
+    }
+
+
+def jobs_of(cluster: SimCluster, operation: str) -> list[str]:
+    jobs, _ = cluster.api().list(JOBS, NAMESPACE, labelSelector=f"gpuop.dev/operation={operation}")
+    return sorted(j["metadata"]["annotations"]["gpuop.dev/node"] for j in jobs)
+
+
+def test_enable_false_keeps_the_driver_by_default_and_uninstall_takes_off_only_ours(
+    cluster: SimCluster, kit: Any
+) -> None:
+    api = cluster.api()
+    # amd-2 failed its upgrade on a PDB above: give it back; nvidia-0 plays a node whose driver
+    # came pre-installed (no version label of ours).
+    api.delete(Resource("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget"), "db", "default")
+    api.patch(
+        NODES,
+        "amd-2",
+        {"metadata": {"labels": {STATE_LABEL: None}, "annotations": {"gpuop.dev/driver.failure": None}}},
+    )
+    api.patch(NODES, "nvidia-0", {"metadata": {"labels": {VERSION_LABEL: None, STATE_LABEL: None}}})
+    before = {name: node_labels(cluster, name) for name in GPU_NODES}
+    with kit.operator_running(cluster):
+        dc = api.patch(DEVICECONFIGS, "gpus", {"spec": uninstall_spec("Keep")}, NAMESPACE)
+        generation = dc["metadata"]["generation"]
+        cluster.wait_for_object(
+            DEVICECONFIGS,
+            "gpus",
+            NAMESPACE,
+            lambda d: (d.get("status") or {}).get("observedGeneration") == generation,
+            timeout=60,
+        )
+        assert jobs_of(cluster, "driver-uninstall") == []  # Keep: nothing
+        assert all(
+            node_labels(cluster, n).get(VERSION_LABEL) == before[n].get(VERSION_LABEL) for n in GPU_NODES
+        )
+        api.patch(DEVICECONFIGS, "gpus", {"spec": uninstall_spec("Uninstall")}, NAMESPACE)
+        ours = ("amd-0", "amd-1", "amd-2")
+        cluster.wait_for(
+            lambda: all(
+                VERSION_LABEL not in (labels := node_labels(cluster, n)) and STATE_LABEL not in labels
+                for n in ours
+            ),
+            timeout=180,
+            what="the driver off every node gpuop installed it on",
+        )
+    assert jobs_of(cluster, "driver-uninstall") == []  # each deleted once done
+    assert not api.get(NODES, "amd-0")["spec"].get("unschedulable")  # uncordoned
+    assert api.get(NODES, "amd-1")["spec"].get("unschedulable") is True  # the admin's cordon stays
+    assert node_labels(cluster, "nvidia-0") == before["nvidia-0"]  # a pre-installed driver: untouched
+    for name in ours:
+        assert node_labels(cluster, name)[DP] == "true"  # operands resumed
+    events = cluster.wait_for_events(
+        "default",
+        lambda events: (
+            {e["involvedObject"]["name"] for e in events if e["reason"] == "DriverUninstalled"} >= set(ours)
+        ),
+        what="DriverUninstalled on each of our nodes",
+    )
+    assert [
+        (e["reason"], e["message"])
+        for e in events
+        if "Uninstall" in e["reason"] and e["involvedObject"]["name"] == "nvidia-0"
+    ] == []
+
+
+def test_deleting_a_deviceconfig_with_uninstall_takes_the_driver_off_before_the_finalizer_goes(
+    cluster: SimCluster, kit: Any
+) -> None:
+    api = cluster.api()
+    spec = driver_spec("6.6", maxParallelUpgrades=4, maxUnavailableNodes=4)
+    spec["driver"]["uninstallPolicy"] = "Uninstall"
+    with kit.operator_running(cluster):
+        api.patch(DEVICECONFIGS, "gpus", {"spec": spec}, NAMESPACE)
+        cluster.wait_for(
+            lambda: all(node_labels(cluster, n).get(VERSION_LABEL) == "6.6" for n in GPU_NODES),
+            timeout=120,
+            what="every node installed again",
+        )
+        api.delete(DEVICECONFIGS, "gpus", NAMESPACE)
+        cluster.wait_for(
+            lambda: not api.list(DEVICECONFIGS, NAMESPACE)[0], timeout=180, what="the DeviceConfig gone"
+        )
+    # Had the finalizer gone first, no operator pass would have uninstalled anything.
+    for name in GPU_NODES:
+        labels = node_labels(cluster, name)
+        assert VERSION_LABEL not in labels and STATE_LABEL not in labels, name
+        assert not any(k.startswith("gpuop.dev/deploy.") for k in labels), name

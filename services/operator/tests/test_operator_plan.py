@@ -20,7 +20,7 @@ from gpuop_operator.model import (
     PodInfo,
     deploy_label,
 )
-from gpuop_operator.plan import enabled_stages, plan_rollout
+from gpuop_operator.plan import enabled_stages, plan_rollout, uninstall_stage_patches
 
 OWNER = "gpu-operator/default"
 DP, NL, ME = (deploy_label(s) for s in ("device-plugin", "node-labeller", "metrics-exporter"))
@@ -217,3 +217,44 @@ def test_stage_order_is_never_violated_during_a_rollout() -> None:
         if pending:
             ready.add(pending[0])
     assert all(n.annotations.get(STAGE_ANNOTATION) == READY for n in nodes)
+
+
+@pytest.mark.parametrize(
+    ("driver", "walk_state", "stage"),
+    [
+        ({"enable": True}, "draining", "driver-upgrading"),
+        ({"enable": True}, "upgrade-failed", "driver-failed"),
+        ({"enable": False, "uninstallPolicy": "Uninstall"}, "draining", "driver-uninstalling"),
+        ({"enable": False, "uninstallPolicy": "Uninstall"}, "uninstalling", "driver-uninstalling"),
+        ({"enable": False, "uninstallPolicy": "Uninstall"}, "uninstall-failed", "driver-failed"),
+        ({"enable": False, "uninstallPolicy": "Keep"}, "draining", None),  # nothing walks with Keep
+    ],
+)
+def test_a_node_in_a_driver_walk_shows_the_walk_as_its_stage(
+    driver: dict[str, object], walk_state: str, stage: str | None
+) -> None:
+    """The stage annotation names the driver walk while the driver is enabled and, with
+    `uninstallPolicy: Uninstall`, while it is taken off after `enable: false`."""
+    spec = DeviceConfigSpec.model_validate({"driver": driver, "devicePlugin": {"enable": True}})
+    node = amd("n0", **{DP: "true", "gpuop.dev/driver.version": "6.2"})
+    node = NodeInfo(node.name, {**node.labels, "gpuop.dev/driver-upgrade-state": walk_state})
+    plan = plan_rollout(OWNER, spec, [node], ready_pods([node]), driver_ready={"n0"})
+    if stage is None:
+        assert not plan.stages["n0"].startswith("driver-")
+    else:
+        assert plan.stages == {"n0": stage}
+
+
+def test_a_deleted_deviceconfigs_nodes_in_the_uninstall_walk_show_it_before_their_teardown() -> None:
+    held = {OWNER_ANNOTATION: OWNER, STAGE_ANNOTATION: READY}
+    walking = NodeInfo("n0", {AMD_PRESENT: "true", "gpuop.dev/driver-upgrade-state": "draining"}, held)
+    failed = NodeInfo("n1", {AMD_PRESENT: "true", "gpuop.dev/driver-upgrade-state": "uninstall-failed"}, held)
+    done = NodeInfo("n2", {AMD_PRESENT: "true"}, held)
+    other = NodeInfo("n3", walking.labels, {OWNER_ANNOTATION: "elsewhere/dc"})
+    patches = uninstall_stage_patches(OWNER, [walking, failed, done, other])
+    assert patches == [
+        NodePatch("n0", {}, {STAGE_ANNOTATION: "driver-uninstalling"}),
+        NodePatch("n1", {}, {STAGE_ANNOTATION: "driver-failed"}),
+    ]
+    again = apply([walking, failed, done, other], patches)
+    assert uninstall_stage_patches(OWNER, again) == []

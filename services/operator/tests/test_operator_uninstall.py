@@ -121,3 +121,41 @@ def test_without_an_operator_the_finalizer_is_released_after_the_wait(
         "gpuop.dev/deploy.node-labeller" not in meta["labels"] and "gpuop.dev/gpu.count" not in meta["labels"]
     )
     assert OWNED not in (meta.get("annotations") or {}) and name in report.cleaned_nodes
+
+
+@pytest.mark.slow
+def test_a_driver_uninstall_the_wait_cuts_short_is_announced_and_reported(
+    stub_cluster: SimCluster, kit: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With uninstallPolicy Uninstall the operator keeps the finalizer through a walk that may take
+    far longer than the hook waits: the hook says so before waiting and names what it cut short."""
+    api = stub_cluster.api()
+    dc = kit.device_config("uninstalls", {"driver": {"enable": False, "uninstallPolicy": "Uninstall"}})
+    dc["metadata"]["finalizers"] = ["gpuop.dev/node-cleanup"]
+    api.create(DEVICECONFIGS, dc, NAMESPACE)
+    kept = kit.device_config("keeps")
+    kept["metadata"]["finalizers"] = ["gpuop.dev/node-cleanup"]
+    api.create(DEVICECONFIGS, kept, NAMESPACE)
+    (node, *_) = api.list(NODES)[0]
+    name = node["metadata"]["name"]
+    walk = {"gpuop.dev/driver-upgrade-state": "draining", "gpuop.dev/driver.version": "6.2"}
+    api.patch(NODES, name, {"metadata": {"labels": walk}})
+    client_api = kit.api_client_for(stub_cluster)
+    try:
+        with caplog.at_level("WARNING", logger="gpuop_operator.uninstall"):
+            report = uninstall_cleanup(
+                KubeJson(client_api),
+                namespace=NAMESPACE,
+                release=kit.release,
+                watch_namespace=None,
+                timeout=2,
+            )
+    finally:
+        client_api.close()
+    assert set(report.forced) == {f"{NAMESPACE}/uninstalls", f"{NAMESPACE}/keeps"}
+    assert report.uninstall_cut_short == (f"{NAMESPACE}/uninstalls",)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    up_front = next(r for r in warnings if "uninstallPolicy Uninstall" in r.getMessage())
+    assert "2s" in up_front.getMessage() and up_front.deviceconfigs == [f"{NAMESPACE}/uninstalls"]  # type: ignore[attr-defined]
+    cut = next(r for r in warnings if "cut short" in r.getMessage() and hasattr(r, "nodes"))
+    assert cut.nodes == [name]  # type: ignore[attr-defined]

@@ -399,6 +399,41 @@ def test_after_a_kernel_update_install_adds_the_headers_and_builds_the_module_fo
     assert json.loads((host.root / "var/lib/gpuop/driver/amd.json").read_text())["kernel"] == new
 
 
+@pytest.mark.parametrize("installed", ["ubuntu-22.04-amd", "ubuntu-24.04-nvidia"], indirect=True)
+def test_another_version_replaces_the_installed_driver_instead_of_keeping_it(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """apt leaves an installed package at its version whatever the repository now offers, so the
+    new version is installed by exact version (`name=VERSION --allow-downgrades`): amdgpu-dkms is
+    replaced in place. An NVIDIA branch change names other packages (nvidia-driver-550-open ->
+    nvidia-driver-570-open): the old branch's come off first, or both would stay installed."""
+    root = tmp_path / "root"
+    host = _copy(installed, root)
+    old = json.loads((root / f"var/lib/gpuop/driver/{host.vendor}.json").read_text())["version"]
+    new = {"amd": "6.3", "nvidia": "575.57.08"}[host.vendor]  # NVIDIA: 570 -> 575, another branch
+    before = len(hostfakes.recorded(root))
+    summary = play(host, driver={**installed.scenario.driver, "version": new})
+    assert summary.succeeded, summary.failed_tasks
+    commands = hostfakes.recorded(root)[before:]
+    install = next(i for i, argv in enumerate(commands) if argv[:2] == ["apt-get", "install"])
+    pinned = [arg for arg in commands[install] if "=" in arg and not arg.startswith("-")]
+    assert pinned, commands[install]  # the driver package at an exact version, never "whatever is newest"
+    purges = [i for i, argv in enumerate(commands) if argv[:2] == ["apt-get", "purge"]]
+    if host.vendor == "amd":
+        assert purges == [], commands  # same package name: replaced in place by the exact install
+    else:
+        (purge,) = purges
+        assert purge < install, commands
+        removed = set(commands[purge][3:])
+        assert removed and all(old.split(".")[0] in name for name in removed), commands[purge]
+        assert not removed & {arg.split("=")[0] for arg in pinned}, commands
+    assert (
+        json.loads((root / f"var/lib/gpuop/driver/{host.vendor}.json").read_text())["version"] == new != old
+    )
+    again = play(host, driver={**installed.scenario.driver, "version": new})
+    assert again.succeeded and again.changed == 0
+
+
 @pytest.mark.parametrize("installed", ["ubuntu-22.04-amd"], indirect=True)
 def test_uninstall_takes_off_what_install_put_on_and_a_second_run_changes_nothing(
     installed: Installed, tmp_path: Path

@@ -175,7 +175,7 @@ def amd_dkms_version(release: str, family: str = "debian") -> str:
 
 
 # Driver versions the fake CUDA repositories hold (each in every branch-named and plain package).
-NVIDIA_DRIVERS = ("550.127.05", "570.86.15", "570.124.06", "570.133.20")
+NVIDIA_DRIVERS = ("550.127.05", "570.86.15", "570.124.06", "570.133.20", "575.57.08")
 
 
 def _repository_index(url: str) -> str | None:

@@ -13,6 +13,11 @@ up where the last one stopped and repeats no finished step.
   cordon -> drain (Eviction API, PDB refusals retried until the timeout; or only GPU pods deleted)
   -> pause its GPU operands -> the install Job -> reboot (bootID must change) -> resume operands and
   wait for the GPUs in allocatable -> uncordon (not a node an admin had cordoned) -> `upgrade-done`.
+- Uninstall: `driveruninstall` walks the same steps with the driver-uninstall Job, as a subclass of
+  `DriverPlanner` (the hooks below marked "uninstall overrides"). A Job running when the mode flips
+  is never cut short: it ends, then the other mode's Job runs.
+- A node labelled `default` by an older operator (before concrete versions) is relabelled to the
+  vendor's default version, without a Job: that is what the playbook installed for it.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NamedTuple, Required, TypedDict, Unpack
 
 from gpuop_common.config.driver import DriverConfig
 from gpuop_common.nodemeta import DRIVER_FAILURE_ANNOTATION, DRIVER_VERSION_LABEL
 
 from gpuop_operator.drain import NodePod, plan_drain
+from gpuop_operator.driverdefaults import concrete_label, resolved_version
 from gpuop_operator.driverjob import JobView, Operation
 from gpuop_operator.model import (
     PAUSED_PREFIX,
@@ -36,7 +42,15 @@ from gpuop_operator.model import (
     NodePatch,
     deploy_label,
 )
-from gpuop_operator.upgrade import STATE_LABEL, NodeView, UpgradeState, parse_state, plan_upgrades
+from gpuop_operator.upgrade import (
+    FAILED_STATES,
+    STATE_LABEL,
+    WAITING,
+    NodeView,
+    UpgradeState,
+    parse_state,
+    plan_upgrades,
+)
 
 VERSION_LABEL = DRIVER_VERSION_LABEL
 SINCE = "gpuop.dev/driver-upgrade.since"  # epoch seconds the current step began
@@ -47,10 +61,9 @@ BOOT_ID = "gpuop.dev/driver-upgrade.boot-id"  # bootID before the reboot
 FAILURE = DRIVER_FAILURE_ANNOTATION  # why the last install/upgrade failed
 REPORTED = "gpuop.dev/driver.reported"  # uid of the failed Job whose Events were sent
 PAUSE_VALUE = f"{PAUSED_PREFIX}driver-upgrade"
-DEFAULT_VERSION = "default"  # label value when spec.driver.version is empty (the OS's default)
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0  # a refused eviction is tried again this soon
-# Steps that need nothing from outside the pass to begin (see `_Planner.walk`). Validating may
+# Steps that need nothing from outside the pass to begin (see `DriverPlanner.walk`). Validating may
 # begin in the pass that resumes the operands: it reads the node as the pass found it, with the
 # device plugin still paused, whose devices the kubelet marked unhealthy (out of allocatable) when
 # it disconnected; so with a device plugin it waits for a later pass that sees them back, and
@@ -77,6 +90,14 @@ class DriverNodeState:
     state: str  # installing, installed, upgrade-required, cordoned, ..., upgrade-done, upgrade-failed
     version: str  # installed version, "" when none
     message: str = ""
+    wanted: str = ""  # the version this node should have (the vendor's default when the spec has none)
+
+
+class JobRequest(NamedTuple):
+    node: str
+    operation: Operation
+    vendor: str
+    version: str  # the concrete version the Job installs (or, uninstalling, removes)
 
 
 @dataclass
@@ -85,7 +106,7 @@ class DriverPlan:
     # Patches of the nodes this pass starts: sent only once every patch above applied, so a
     # finished node's slot is given to the next one only after that node really left the walk.
     start_patches: list[NodePatch] = field(default_factory=list)
-    create_jobs: list[tuple[str, Operation, str]] = field(default_factory=list)  # node, op, vendor
+    create_jobs: list[JobRequest] = field(default_factory=list)
     delete_jobs: list[JobView] = field(default_factory=list)
     evict: list[NodePod] = field(default_factory=list)
     delete_pods: list[NodePod] = field(default_factory=list)
@@ -110,10 +131,6 @@ class DriverPlan:
 
     def wake(self, seconds: float) -> None:
         self.wake_after = seconds if self.wake_after is None else min(self.wake_after, seconds)
-
-
-def desired_version(driver: DriverConfig) -> str:
-    return driver.version or DEFAULT_VERSION
 
 
 def installed(node: NodeInfo) -> bool:
@@ -153,31 +170,46 @@ class FailedRun:
     facts: Mapping[str, str] = field(default_factory=dict)
 
 
-class _Planner:
+class PassInputs(TypedDict, total=False):
+    """What one pass reads besides the spec, the nodes and the Jobs (see `plan_driver`)."""
+
+    node_pods: Mapping[str, Sequence[NodePod]]
+    operand_pods: frozenset[tuple[str, str]]
+    failed_runs: Mapping[str, FailedRun]
+    now: Required[float]
+    job_deadline_s: float
+    validation_recipe: str | None
+    validation_timeout_s: float
+    allocatable_expected: bool
+
+
+class DriverPlanner:
+    """One pass over the nodes with the driver enabled; `driveruninstall.DriverUninstaller`
+    overrides the hooks marked "uninstall overrides" to take it off instead."""
+
     def __init__(
         self,
-        *,
         driver: DriverConfig,
         jobs: Mapping[tuple[str, str], JobView],
-        node_pods: Mapping[str, Sequence[NodePod]],
-        operand_pods: frozenset[tuple[str, str]],
-        failed_runs: Mapping[str, FailedRun],
+        *,
+        node_pods: Mapping[str, Sequence[NodePod]] | None = None,
+        operand_pods: frozenset[tuple[str, str]] = frozenset(),
+        failed_runs: Mapping[str, FailedRun] | None = None,
         now: float,
-        job_deadline_s: float,
-        validation_recipe: str | None,
-        validation_timeout_s: float,
-        allocatable_expected: bool,
+        job_deadline_s: float = 3600.0,
+        validation_recipe: str | None = None,
+        validation_timeout_s: float = 3600.0,
+        allocatable_expected: bool = True,
     ) -> None:
         self.allocatable_expected = allocatable_expected
         self.validation_recipe = validation_recipe
         self.validation_timeout_s = validation_timeout_s
         self.driver = driver
-        self.want = desired_version(driver)
         self.policy = driver.upgrade_policy
         self.jobs = jobs
-        self.node_pods = node_pods
+        self.node_pods = node_pods or {}
         self.operand_pods = operand_pods
-        self.failed_runs = failed_runs
+        self.failed_runs = failed_runs or {}
         self.now = now
         self.job_deadline_s = job_deadline_s
         self.plan = DriverPlan()
@@ -233,43 +265,129 @@ class _Planner:
         if event is not None:
             self.plan.events.append(NodeEvent(node.name, event[0], event[1], event[2]))
 
+    def want(self, node: NodeInfo) -> str:
+        """The concrete version for this node: an empty spec version is the vendor's default."""
+        return resolved_version(self.driver, _vendor(node) or "")
+
     def _state(self, node: NodeInfo, state: str, message: str = "") -> None:
-        self.plan.states[node.name] = DriverNodeState(state, node.labels.get(VERSION_LABEL, ""), message)
+        """The node's state for `status.driver`, with its version as this pass's patch leaves it."""
+        version = self.after(node).labels.get(VERSION_LABEL, "")
+        self.plan.states[node.name] = DriverNodeState(state, version, message, self.want(node))
 
     def _job(self, node: NodeInfo, operation: Operation, vendor: str) -> JobView | None:
-        """The node's Job for `operation` and the wanted version; asks for it when missing."""
+        """The node's Job for `operation` and the wanted version (uninstalling: the installed one);
+        asks for it when missing."""
         job = self.jobs.get((node.name, operation))
         if job is not None and job.deleting:
             return None  # the old one is going; create the new one after
-        if job is not None and operation == "driver-install" and job.version != self.driver.version:
+        if job is not None and operation == "driver-install" and job.version != self.want(node):
             self.plan.delete_jobs.append(job)
             return None
         if job is None:
-            self.plan.create_jobs.append((node.name, operation, vendor))
+            version = (
+                node.labels.get(VERSION_LABEL, "") if operation == "driver-uninstall" else self.want(node)
+            )
+            self.plan.create_jobs.append(JobRequest(node.name, operation, vendor, version))
         return job
 
     def _drop_jobs(self, node: NodeInfo) -> None:
-        for operation in ("driver-install", "node-reboot"):
+        for operation in ("driver-install", "node-reboot", "driver-uninstall"):
             job = self.jobs.get((node.name, operation))
             if job is not None and not job.deleting:
                 self.plan.delete_jobs.append(job)
 
     def _fail(self, node: NodeInfo, why: str, job: JobView | None = None) -> None:
+        """The node stops in `upgrade-failed` (`uninstall-failed` uninstalling) until a person acts."""
         run = self.failed_runs.get(job.uid) if job is not None else None
         message = f"{why}: {run.summary}" if run and run.summary else why
         reported = node.annotations.get(REPORTED)
         annotations: dict[str, str | None] = {FAILURE: message[:1000]}
         if job is not None:
             annotations[REPORTED] = job.uid
-        install = not node.labels.get(VERSION_LABEL)
-        reason = "DriverInstallFailed" if install else "DriverUpgradeFailed"
+        reason, state = self._failure(install=not node.labels.get(VERSION_LABEL))
         if job is None or reported != job.uid:
             for task, detail in run.tasks if run else ():
                 self.plan.events.append(
                     NodeEvent(node.name, reason, f"task {task!r} failed: {detail}"[:1000], True)
                 )
-        self._patch(node, UpgradeState.FAILED, annotations=annotations, event=(reason, message[:1000], True))
-        self._state(node, UpgradeState.FAILED.value, message)
+        self._patch(node, state, annotations=annotations, event=(reason, message[:1000], True))
+        self._state(node, state.value, message)
+
+    def _switch(
+        self, node: NodeInfo, vendor: str, running: Operation, state: UpgradeState, operation: Operation
+    ) -> None:
+        """The mode flipped mid-Job: let the `running` Job end (a half-removed package or a
+        half-built module is worse than either), then go to `state` with the other Job."""
+        job = self.jobs.get((node.name, running))
+        if job is not None and job.phase == "running" and not job.deleting:
+            self._state(node, node.labels.get(STATE_LABEL, ""), f"letting the {running} Job finish first")
+            return
+        if job is not None and not job.deleting:
+            self.plan.delete_jobs.append(job)
+        self._patch(node, state)
+        self._job(node, operation, vendor)
+        self._state(node, state.value)
+
+    def relabel_legacy(self, node: NodeInfo, vendor: str) -> NodeInfo:
+        """`default` (older operators' label for an empty version) becomes the vendor's default
+        version, the one the playbook installed: no Job, the node keeps its step. Any other node
+        is returned as it is."""
+        label = node.labels.get(VERSION_LABEL, "")
+        concrete = concrete_label(label, vendor)
+        if concrete == label:
+            return node  # not the legacy value, or no default known for this vendor
+        self._patch(
+            node,
+            parse_state(node.labels.get(STATE_LABEL)),
+            labels={VERSION_LABEL: concrete},
+            annotations={SINCE: node.annotations.get(SINCE)},
+        )
+        return self.after(node)
+
+    # ---------------------------------------------------------------- uninstall overrides
+    def node_pass(self, node: NodeInfo, state: UpgradeState | None, vendor: str) -> None:
+        """One node's step, unless the bounds start it (see `plan_driver`)."""
+        version = node.labels.get(VERSION_LABEL)
+        if state is UpgradeState.UNINSTALL_REQUIRED:  # enabled again before it started: nothing to undo
+            self._patch(node, None, annotations={SINCE: None})
+            self._state(node, "installed" if version else "installing")
+        elif state is None and not version:
+            self.install(node, vendor)
+        elif state in (None, UpgradeState.DONE) and version != self.want(node):
+            if self.policy.enable:
+                self._patch(node, UpgradeState.REQUIRED, annotations={SINCE: None})
+                self._state(node, UpgradeState.REQUIRED.value)
+            else:
+                self._state(node, "version-drift", f"{version} installed; automatic upgrades are disabled")
+        elif state in (None, UpgradeState.DONE):
+            self._state(node, "installed" if state is None else UpgradeState.DONE.value)
+        elif state is UpgradeState.REQUIRED:
+            self.waiting(node, state)
+        elif state in FAILED_STATES:
+            self._state(node, state.value, node.annotations.get(FAILURE, ""))
+        else:
+            self.walk(node, state, vendor)
+
+    def waiting(self, node: NodeInfo, state: UpgradeState) -> None:
+        wait = "the node's remediation to finish" if _remediating(node) else "an upgrade slot"
+        self._state(node, state.value, f"waiting for {wait}")
+
+    def _failure(self, *, install: bool) -> tuple[str, UpgradeState]:
+        """The Event reason and the state a failed step leaves the node in."""
+        return ("DriverInstallFailed" if install else "DriverUpgradeFailed"), UpgradeState.FAILED
+
+    def _start_event(self, node: NodeInfo) -> tuple[str, str]:
+        return "DriverUpgradeStarted", f"upgrading the driver to {self.want(node)}: node cordoned"
+
+    def _begin_job(self, node: NodeInfo, vendor: str) -> None:
+        """Drained and paused: the walk's Job, in the same pass (the build is the long step)."""
+        self._patch(node, UpgradeState.UPGRADING)
+        self._job(node, "driver-install", vendor)
+        self._state(node, UpgradeState.UPGRADING.value)
+
+    def _uninstalling(self, node: NodeInfo, vendor: str) -> None:
+        """Enabled again mid-uninstall: the uninstall Job ends, then the install runs."""
+        self._switch(node, vendor, "driver-uninstall", UpgradeState.UPGRADING, "driver-install")
 
     # ---------------------------------------------------------------- per node
     def install(self, node: NodeInfo, vendor: str) -> None:
@@ -286,9 +404,9 @@ class _Planner:
         self._patch(
             node,
             None,
-            labels={VERSION_LABEL: self.want},
+            labels={VERSION_LABEL: self.want(node)},
             annotations={FAILURE: None, SINCE: None},
-            event=("DriverInstalled", f"driver {self.want} installed by Job {job.name}", False),
+            event=("DriverInstalled", f"driver {self.want(node)} installed by Job {job.name}", False),
         )
         self._state(node, "installed")
 
@@ -308,6 +426,8 @@ class _Planner:
             self._reboot(node, vendor)
         elif state is UpgradeState.VALIDATING:
             self._validate(node)
+        elif state is UpgradeState.UNINSTALLING:
+            self._uninstalling(node, vendor)
         else:
             raise ValueError(f"{state} is not a step in flight")
 
@@ -338,7 +458,7 @@ class _Planner:
                 REPORTED: None,
             },
             unschedulable=True,
-            event=("DriverUpgradeStarted", f"upgrading the driver to {self.want}: node cordoned", False),
+            event=(*self._start_event(node), False),
         )
         self._state(node, UpgradeState.CORDONED.value)
 
@@ -392,14 +512,12 @@ class _Planner:
         if left:
             self._state(node, UpgradeState.POD_RESTART.value, f"waiting for {', '.join(left)} to stop")
             return
-        self._patch(node, UpgradeState.UPGRADING)
-        self._job(node, "driver-install", vendor)  # in the same pass: the build is the long step
-        self._state(node, UpgradeState.UPGRADING.value)
+        self._begin_job(node, vendor)
 
     def _upgrade(self, node: NodeInfo, vendor: str) -> None:
         job = self._job(node, "driver-install", vendor)
         if job is None or job.phase == "running":
-            self._state(node, UpgradeState.UPGRADING.value, f"driver {self.want} installing")
+            self._state(node, UpgradeState.UPGRADING.value, f"driver {self.want(node)} installing")
             return
         if job.phase == "failed":
             if job.uid not in self.failed_runs:
@@ -411,12 +529,12 @@ class _Planner:
             self._patch(
                 node,
                 UpgradeState.REBOOTING,
-                labels={VERSION_LABEL: self.want},
+                labels={VERSION_LABEL: self.want(node)},
                 annotations={BOOT_ID: node.boot_id},
             )
             self._state(node, UpgradeState.REBOOTING.value)
         else:
-            self._resume(node, labels={VERSION_LABEL: self.want})
+            self._resume(node, labels={VERSION_LABEL: self.want(node)})
 
     def _reboot(self, node: NodeInfo, vendor: str) -> None:
         before = node.annotations.get(BOOT_ID, "")
@@ -435,27 +553,33 @@ class _Planner:
 
     def _resume(self, node: NodeInfo, labels: Mapping[str, str | None] | None = None) -> None:
         """Operands back (the ones this upgrade paused), then validate."""
-        paused = [s for s in node.annotations.get(PAUSED, "").split(",") if s]
-        resume: dict[str, str | None] = {
-            label: "true" for label in paused if node.labels.get(label) == PAUSE_VALUE
-        }
         self._patch(
-            node, UpgradeState.VALIDATING, labels={**resume, **(labels or {})}, annotations={PAUSED: None}
+            node,
+            UpgradeState.VALIDATING,
+            labels={**self.resumed(node), **(labels or {})},
+            annotations={PAUSED: None},
         )
         self._state(node, UpgradeState.VALIDATING.value)
+
+    @staticmethod
+    def resumed(node: NodeInfo) -> dict[str, str | None]:
+        """The deploy labels this walk paused, set back to "true" (not one someone else paused)."""
+        paused = [s for s in node.annotations.get(PAUSED, "").split(",") if s]
+        return {label: "true" for label in paused if node.labels.get(label) == PAUSE_VALUE}
 
     def _validate(self, node: NodeInfo) -> None:
         budget = VALIDATE_TIMEOUT_S + (self.validation_timeout_s if self.validation_recipe else 0.0)
         # Without a device plugin nobody puts GPUs in allocatable (the DRA driver publishes
         # ResourceSlices): then the Job's own device-node check and a Ready node are the proof.
         gpus_back = node.gpus_allocatable > 0 or not self.allocatable_expected
+        want = self.want(node)
         if node.ready and gpus_back and self._recipe_passed(node):
             self._patch(
                 node,
                 UpgradeState.DONE,
                 annotations=dict.fromkeys(STEP_ANNOTATIONS, None),
                 unschedulable=False if node.annotations.get(ADMIN_CORDON) != "true" else None,
-                event=("DriverUpgraded", f"driver {self.want} running; GPUs back in allocatable", False),
+                event=("DriverUpgraded", f"driver {want} running; GPUs back in allocatable", False),
             )
             started = node.annotations.get(STARTED, "")
             if started.isdigit():
@@ -533,44 +657,13 @@ def _view(node: NodeInfo) -> NodeView:
     remediation waits while a node is in flight here)."""
     state = parse_state(node.labels.get(STATE_LABEL))
     remediating = _remediating(node)
-    startable = None if remediating and state is UpgradeState.REQUIRED else state
+    startable = None if remediating and state in WAITING else state
     return NodeView(node.name, startable, node.ready, node.unschedulable or remediating)
 
 
-def plan_driver(
-    driver: DriverConfig,
-    nodes: Sequence[NodeInfo],
-    jobs: Mapping[tuple[str, str], JobView],
-    *,
-    node_pods: Mapping[str, Sequence[NodePod]] | None = None,
-    operand_pods: frozenset[tuple[str, str]] = frozenset(),
-    failed_runs: Mapping[str, FailedRun] | None = None,
-    now: float,
-    job_deadline_s: float = 3600.0,
-    validation_recipe: str | None = None,
-    validation_timeout_s: float = 3600.0,
-    allocatable_expected: bool = True,
-) -> DriverPlan:
-    """One pass of the driver lifecycle over the nodes a DeviceConfig selects (`driver.enable`).
-
-    `jobs` maps (node, operation) to its Job; `node_pods` the pods of nodes being drained;
-    `operand_pods` (node, service) of the operand pods still present; `failed_runs` what the pods of
-    failed Jobs reported, by Job uid (a failed Job not in it waits: the reconciler reads its pod);
-    `validation_recipe`: the test runner's recipe a node must pass before `upgrade-done` (None:
-    the GPUs back in allocatable are enough); `allocatable_expected` False when no device plugin
-    advertises the GPUs (validation then needs only a Ready node and the recipe)."""
-    planner = _Planner(
-        driver=driver,
-        jobs=jobs,
-        node_pods=node_pods or {},
-        operand_pods=operand_pods,
-        failed_runs=failed_runs or {},
-        now=now,
-        job_deadline_s=job_deadline_s,
-        validation_recipe=validation_recipe,
-        validation_timeout_s=validation_timeout_s,
-        allocatable_expected=allocatable_expected,
-    )
+def run_pass(planner: DriverPlanner, nodes: Sequence[NodeInfo]) -> DriverPlan:
+    """Each node's step by `planner`, then the starts the bounds allow (shared by `plan_driver`
+    and `driveruninstall.plan_uninstall`)."""
     vendors: dict[str, str] = {}
     for node in sorted(nodes, key=lambda n: n.name):
         vendor = _vendor(node)
@@ -587,24 +680,7 @@ def plan_driver(
             planner._state(node, "unknown-vendor", "the node has no single GPU vendor label (NFD PCI labels)")
             continue
         vendors[node.name] = vendor
-        version = node.labels.get(VERSION_LABEL)
-        if state is None and not version:
-            planner.install(node, vendor)
-        elif state in (None, UpgradeState.DONE) and version != planner.want:
-            if planner.policy.enable:
-                planner._patch(node, UpgradeState.REQUIRED, annotations={SINCE: None})
-                planner._state(node, UpgradeState.REQUIRED.value)
-            else:
-                planner._state(node, "version-drift", f"{version} installed; automatic upgrades are disabled")
-        elif state in (None, UpgradeState.DONE):
-            planner._state(node, "installed" if state is None else UpgradeState.DONE.value)
-        elif state is UpgradeState.REQUIRED:
-            wait = "the node's remediation to finish" if _remediating(node) else "an upgrade slot"
-            planner._state(node, UpgradeState.REQUIRED.value, f"waiting for {wait}")
-        elif state is UpgradeState.FAILED:
-            planner._state(node, UpgradeState.FAILED.value, node.annotations.get(FAILURE, ""))
-        else:
-            planner.walk(node, state, vendor)
+        planner.node_pass(planner.relabel_legacy(node, vendor), state, vendor)
     # The bounds are checked on the nodes as this pass leaves them: a node that finished just now
     # frees its slot for the next one in the same pass (its patch is sent before any start's).
     after = {node.name: planner.after(node) for node in nodes}
@@ -614,3 +690,20 @@ def plan_driver(
         planner.start(after[name])
         planner.walk(planner.after(after[name]), UpgradeState.CORDONED, vendors[name])
     return planner.finish(started)
+
+
+def plan_driver(
+    driver: DriverConfig,
+    nodes: Sequence[NodeInfo],
+    jobs: Mapping[tuple[str, str], JobView],
+    **inputs: Unpack[PassInputs],
+) -> DriverPlan:
+    """One pass of the driver lifecycle over the nodes a DeviceConfig selects (`driver.enable`).
+
+    `jobs` maps (node, operation) to its Job; `node_pods` the pods of nodes being drained;
+    `operand_pods` (node, service) of the operand pods still present; `failed_runs` what the pods of
+    failed Jobs reported, by Job uid (a failed Job not in it waits: the reconciler reads its pod);
+    `validation_recipe`: the test runner's recipe a node must pass before `upgrade-done` (None:
+    the GPUs back in allocatable are enough); `allocatable_expected` False when no device plugin
+    advertises the GPUs (validation then needs only a Ready node and the recipe)."""
+    return run_pass(DriverPlanner(driver, jobs, **inputs), nodes)

@@ -89,9 +89,16 @@ class DriverWriter:
         grace = (
             policy.pod_deletion_policy if plan.delete_pods else policy.node_drain_policy
         ).grace_period_seconds
+        # Each Job carries its concrete version: what it installs is what the node is labelled after.
         manifests = [
-            build_job(self.settings, operation, node, vendor, driver)
-            for node, operation, vendor in plan.create_jobs
+            build_job(
+                self.settings,
+                job.operation,
+                job.node,
+                job.vendor,
+                driver.model_copy(update={"version": job.version}),
+            )
+            for job in plan.create_jobs
         ]
         return self.send(manifests, plan.delete_jobs, plan.evict, plan.delete_pods, plan.events, grace=grace)
 

@@ -1,12 +1,22 @@
 """The per-node playbook Job: its manifest, its name, and what a finished one reports (pure).
 
 One Job per node and operation, named deterministically, so a restarted operator finds (adopts) the
-Job it started instead of starting a second one. The Job runs the operator's own image as
+Job it started instead of starting a second one. The Job runs the operator's own image (or
+`spec.driver.image`, which must contain the same entrypoint) as
 `gpuop-operator playbook <name> --host-root /host --extra-vars-file F`. Why each privilege is there:
+- `runAsUser: 0` / `runAsGroup: 0`: the operator image runs as 65532 (the operator itself stays
+  non-root), and `chroot` needs CAP_SYS_CHROOT as root; `privileged` alone keeps the image's user,
+  so without these the playbook's `chroot /host` fails with EPERM on a real node;
 - `privileged` + the host's `/` at `/host`: the playbook installs packages, builds and loads a kernel
   module and edits the container runtime's config, all on the host (through `chroot /host`);
 - `hostPID`: `systemctl` (restarting containerd, rebooting) talks to the host's systemd;
+- `hostNetwork` (with `dnsPolicy: ClusterFirstWithHostNet`): inside `chroot /host`, apt/dnf/curl read
+  the host's /etc/resolv.conf, which on systemd-resolved hosts names 127.0.0.53, reachable only
+  from the host's network namespace;
 - `nodeName` + tolerate every taint: it must run on exactly this node, even cordoned or NotReady;
+- `priorityClassName` (chart value, default `system-node-critical`): a driver Job must not be
+  preempted by the GPU workloads it makes room for. Outside kube-system some clusters (GKE) refuse
+  that class unless a ResourceQuota allows it; the chart value then names another class, or "";
 - `backoffLimit: 0`: a failed install is reported, not retried blindly (the node goes
   `upgrade-failed` until a person sets it back), `activeDeadlineSeconds` bounds a hung build,
   `ttlSecondsAfterFinished` cleans finished Jobs up.
@@ -28,7 +38,7 @@ from pydantic import ValidationError
 from gpuop_operator.jobresult import PlaybookSummary, PlaybookVars
 
 JsonObj = dict[str, Any]
-Operation = Literal["driver-install", "node-reboot", "gpu-reset"]
+Operation = Literal["driver-install", "driver-uninstall", "node-reboot", "gpu-reset"]
 COMPONENT = "driver-job"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 NAME_LABEL = "app.kubernetes.io/name"
@@ -41,7 +51,12 @@ RUN_ANNOTATION = "gpuop.dev/remediation-run"  # the remediation run a Job belong
 VARS_DIR = "/etc/gpuop/playbook"
 OVERRIDES_DIR = "/etc/gpuop/playbook-overrides"
 TERMINATION_LOG = "/dev/termination-log"
-SHORT = {"driver-install": "driver", "node-reboot": "reboot", "gpu-reset": "reset"}
+SHORT = {
+    "driver-install": "driver",
+    "driver-uninstall": "uninstall",
+    "node-reboot": "reboot",
+    "gpu-reset": "reset",
+}
 MAX_NAME = 63  # the Job's name is also the value of its pods' job-name label
 DEFAULT_JOB_IMAGE = "ghcr.io/gpuop/gpuop-operator:latest"  # the chart passes its own image instead
 
@@ -57,6 +72,7 @@ class JobSettings:
     overrides_config_map: str = ""  # ConfigMap of <name>.yml playbook overrides, mounted when set
     deadline_seconds: int = 3600
     ttl_seconds: int = 3600
+    priority_class: str = "system-node-critical"  # "": none (see the module docstring)
 
 
 def job_name(release: str, operation: Operation, node: str) -> str:
@@ -68,6 +84,14 @@ def job_name(release: str, operation: Operation, node: str) -> str:
     digest = hashlib.sha256(node.encode()).hexdigest()[:8]
     room = MAX_NAME - len(base) - len(digest) - 1
     return f"{base}{cleaned[:room].strip('-')}-{digest}"
+
+
+def _pull_policy(settings: JobSettings, driver: DriverConfig) -> str:
+    """`spec.driver.imagePullPolicy` when the user wrote it, else the operator's own (its field
+    default cannot tell "IfNotPresent" chosen from "IfNotPresent" by default)."""
+    if "image_pull_policy" in driver.model_fields_set:
+        return driver.image_pull_policy
+    return settings.image_pull_policy
 
 
 def build_job(
@@ -134,15 +158,16 @@ def build_job(
         "nodeName": node,
         "restartPolicy": "Never",
         "hostPID": True,
-        "priorityClassName": "system-node-critical",
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
         "tolerations": [{"operator": "Exists"}],
         "containers": [
             {
                 "name": "playbook",
-                "image": settings.image,
-                "imagePullPolicy": settings.image_pull_policy,
+                "image": driver.image or settings.image,
+                "imagePullPolicy": _pull_policy(settings, driver),
                 "args": args,
-                "securityContext": {"privileged": True},
+                "securityContext": {"privileged": True, "runAsUser": 0, "runAsGroup": 0},
                 "terminationMessagePath": TERMINATION_LOG,
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": mounts,
@@ -150,6 +175,8 @@ def build_job(
         ],
         "volumes": volumes,
     }
+    if settings.priority_class:
+        pod_spec["priorityClassName"] = settings.priority_class
     if settings.service_account:
         pod_spec["serviceAccountName"] = settings.service_account
     vars_json = variables.model_dump_json(by_alias=True, exclude_none=True)

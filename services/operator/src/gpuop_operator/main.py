@@ -66,6 +66,12 @@ class OperatorSettings(AgentSettings):
     )
     driver_job_ttl: int = Field(3600, ge=0, le=604800, description="ttlSecondsAfterFinished of a driver Job.")
     driver_job_host_exec: str = Field("", description="Prefix of every host command; empty: `chroot /host`.")
+    driver_job_priority_class: str = Field(
+        "system-node-critical",
+        pattern=r"^$|^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="PriorityClass of a driver Job; empty: none (where a ResourceQuota refuses "
+        "system-node-critical outside kube-system).",
+    )
     driver_playbook_overrides: str = Field(
         "",
         description="ConfigMap (release namespace) whose `<playbook>.yml` keys replace built-in playbooks.",
@@ -110,6 +116,7 @@ def run(ctx: ServiceContext[OperatorSettings]) -> int:
                 "finalizers_released_here": list(report.forced),
                 "nodes_cleaned": list(report.cleaned_nodes),
                 "labeller_still_running_on": list(report.labeller_still_running),
+                "driver_uninstall_cut_short": list(report.uninstall_cut_short),
             },
         )
         return 0
@@ -127,6 +134,7 @@ def run(ctx: ServiceContext[OperatorSettings]) -> int:
                 release=s.release,
                 image=s.driver_job_image,
                 host_exec=s.driver_job_host_exec or None,
+                priority_class=s.driver_job_priority_class,
                 overrides_config_map=s.driver_playbook_overrides,
                 deadline_seconds=s.driver_job_deadline,
                 ttl_seconds=s.driver_job_ttl,

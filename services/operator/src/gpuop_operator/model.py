@@ -64,6 +64,7 @@ DISCOVERED = "discovered"
 DRIVER_INSTALLING = "driver-installing"
 OPERANDS_ROLLING = "operands-rolling"
 DRIVER_UPGRADING = "driver-upgrading"
+DRIVER_UNINSTALLING = "driver-uninstalling"  # uninstallPolicy: Uninstall, the node in the walk
 DRIVER_FAILED = "driver-failed"
 READY = "ready"
 REMOVING = "removing"

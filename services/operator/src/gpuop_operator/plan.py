@@ -20,6 +20,7 @@ from gpuop_operator.model import (
     DISCOVERED,
     DRIVER_FAILED,
     DRIVER_INSTALLING,
+    DRIVER_UNINSTALLING,
     DRIVER_UPGRADING,
     JOB_SERVICES,
     OPERANDS_ROLLING,
@@ -35,7 +36,7 @@ from gpuop_operator.model import (
     deploy_label,
 )
 from gpuop_operator.selector import matches
-from gpuop_operator.upgrade import IN_FLIGHT, STATE_LABEL, UpgradeState, parse_state
+from gpuop_operator.upgrade import FAILED_STATES, IN_FLIGHT, STATE_LABEL, parse_state
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,13 @@ def _advance(
     awaited: Collection[str],
     *,
     driver_ready: Collection[str],
+    driver_walk: str | None,
 ) -> NodePlan:
     """Next step for a selected node: add deploy labels up to the first stage not Ready yet.
 
     The driver stage has no DaemonSet: it is done when `driver_ready` names the node (its playbook
-    Job installed the driver, driverflow)."""
+    Job installed the driver, driverflow). `driver_walk`: the stage a node in a driver walk shows
+    (`driver-upgrading`, `driver-uninstalling`), None when no walk runs."""
     enabled = {service for stage in stages for service in stage}
     desired: dict[str, str | None] = {
         deploy_label(service): None
@@ -136,11 +139,7 @@ def _advance(
         if not done:
             lifecycle = DRIVER_INSTALLING if "driver" in stage else OPERANDS_ROLLING
             break
-    upgrade = parse_state(node.labels.get(STATE_LABEL))
-    if "driver" in enabled and upgrade in IN_FLIGHT:
-        lifecycle = DRIVER_UPGRADING
-    elif "driver" in enabled and upgrade is UpgradeState.FAILED:
-        lifecycle = DRIVER_FAILED
+    lifecycle = walk_stage(node, driver_walk) or lifecycle
     annotations: dict[str, str | None] = {OWNER_ANNOTATION: owner, STAGE_ANNOTATION: lifecycle}
     return NodePlan(node.name, lifecycle, _with_changes(node, desired, annotations))
 
@@ -160,6 +159,38 @@ def _teardown(node: NodeInfo, pods: PodIndex) -> NodePlan:
             return NodePlan(node.name, REMOVING, None)  # this stage's pods are still going away
     done: dict[str, str | None] = {OWNER_ANNOTATION: None, STAGE_ANNOTATION: None}
     return NodePlan(node.name, REMOVING, _with_changes(node, {}, done))
+
+
+def walk_stage(node: NodeInfo, driver_walk: str | None) -> str | None:
+    """The node's stage while it is in the driver walk `driver_walk` names (None: no walk runs),
+    or None when it is not in one."""
+    state = parse_state(node.labels.get(STATE_LABEL))
+    if driver_walk is None or state is None:
+        return None
+    if state in IN_FLIGHT:
+        return driver_walk
+    return DRIVER_FAILED if state in FAILED_STATES else None
+
+
+def uninstall_stage_patches(owner: str, nodes: Iterable[NodeInfo]) -> list[NodePatch]:
+    """While a deleted DeviceConfig's nodes walk the driver uninstall (before their teardown), the
+    stage of those in the walk says so."""
+    patches = []
+    for node in nodes:
+        stage = walk_stage(node, DRIVER_UNINSTALLING) if owned_by(node, owner) else None
+        if stage is not None and node.annotations.get(STAGE_ANNOTATION) != stage:
+            patches.append(NodePatch(node.name, {}, {STAGE_ANNOTATION: stage}))
+    return patches
+
+
+def _driver_walk(spec: DeviceConfigSpec | None) -> str | None:
+    """The stage of a node in a driver walk: the upgrade while the driver is enabled, the
+    uninstall (`uninstallPolicy: Uninstall`) once it is not; with `Keep` nothing walks."""
+    if spec is None:
+        return None
+    if spec.driver.enable:
+        return DRIVER_UPGRADING
+    return DRIVER_UNINSTALLING if spec.driver.uninstall_policy == "Uninstall" else None
 
 
 def owned_by(node: NodeInfo, owner: str) -> bool:
@@ -183,13 +214,16 @@ def plan_rollout(
     every operand is installed. `driver_ready`: nodes whose driver stage is done (driverflow)."""
     index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
     stages = enabled_stages(spec) if spec is not None else []
+    walk = _driver_walk(spec)
     awaited = set(installed) if installed is not None else {s for stage in STAGES for s in stage}
     plans = []
     for node in sorted(nodes, key=lambda n: n.name):
         selected = spec is not None and matches(spec.selector, node.labels)
         holder = node.annotations.get(OWNER_ANNOTATION)
         if selected and holder in (None, owner):
-            plans.append(_advance(node, owner, stages, index, awaited, driver_ready=driver_ready))
+            plans.append(
+                _advance(node, owner, stages, index, awaited, driver_ready=driver_ready, driver_walk=walk)
+            )
         elif holder == owner:
             plans.append(_teardown(node, index))
         elif selected and holder is not None:

@@ -38,6 +38,7 @@ from gpuop_operator.driverjob import (
     job_view,
     trim_job,
 )
+from gpuop_operator.driveruninstall import plan_uninstall
 from gpuop_operator.jobresult import PLAYBOOK_NAMES
 from gpuop_operator.kubeio import (
     CONFIGMAPS,
@@ -63,7 +64,7 @@ from gpuop_operator.model import (
 )
 from gpuop_operator.overridecheck import OVERRIDE_SUFFIXES, override_problems
 from gpuop_operator.overridecheck import REASON as REASON_OVERRIDE
-from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout
+from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout, uninstall_stage_patches
 from gpuop_operator.projection import config_map_name, plan_config_maps
 from gpuop_operator.remediation import RemediationPlan, marked_by_remediation, plan_release, plan_remediation
 from gpuop_operator.selector import matches
@@ -75,7 +76,7 @@ from gpuop_operator.status import (
     rollout_conditions,
     transitions,
 )
-from gpuop_operator.validation import DeviceConfigRef, Validation, selector_of, validate
+from gpuop_operator.validation import DeviceConfigRef, Validation, parse_spec, selector_of, validate
 
 log = logging.getLogger(__name__)
 
@@ -304,11 +305,13 @@ class Reconciler:
         driver_plan: DriverPlan | None = None
         remediation_plan: RemediationPlan | None = None
         held = ""
-        if spec.driver.enable or spec.remediation.enable:
+        # enable: false with uninstallPolicy Uninstall still drives: the walk that takes it off.
+        uninstall = not spec.driver.enable and spec.driver.uninstall_policy == "Uninstall"
+        if spec.driver.enable or uninstall or spec.remediation.enable:
             held = self._override_held(obj)
+        if (spec.driver.enable or uninstall) and not held:
+            ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods, uninstall=uninstall)
         if spec.driver.enable:
-            if not held:
-                ok, driver_plan, nodes = self._drive(owner, spec, nodes, pods)
             driver_ready = {n.name for n in nodes if driver_installed(n)}
         remediation_held = held
         # A node that left the selector mid-run is given back at once: no run of ours goes on there.
@@ -516,7 +519,13 @@ class Reconciler:
         return ok, plan, [after.get(n.name, n) for n in nodes]
 
     def _drive(
-        self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo], pods: PodIndex
+        self,
+        owner: str,
+        spec: DeviceConfigSpec,
+        nodes: Sequence[NodeInfo],
+        pods: PodIndex,
+        *,
+        uninstall: bool = False,
     ) -> tuple[bool, DriverPlan, list[NodeInfo]]:
         """One pass of the driver lifecycle of this DeviceConfig's nodes; the nodes as they are after."""
         selected = [
@@ -531,7 +540,7 @@ class Reconciler:
         except _API_ERRORS as exc:
             log.warning("listing pods to drain failed", extra={"error": _describe(exc)})
             return False, DriverPlan(), list(nodes)
-        plan = plan_driver(
+        plan = (plan_uninstall if uninstall else plan_driver)(
             spec.driver,
             selected,
             jobs,
@@ -573,6 +582,8 @@ class Reconciler:
             return
         if not self._stop_remediation(owner, None, nodes, f"DeviceConfig {owner} deleted"):
             return
+        if not self._uninstalled_before_release(obj, nodes, pods):
+            return
         plan = plan_rollout(owner, None, nodes, pods)
         if not self._apply(plan):
             return
@@ -593,6 +604,34 @@ class Reconciler:
         self._write_dc(obj, body, kind="finalizer")
         self.metrics.forget(owner)
         self._event(obj, "Cleaned", "removed gpuop labels from every node; finalizer released", "Normal")
+
+    def _uninstalled_before_release(self, obj: JsonObj, nodes: Sequence[NodeInfo], pods: PodIndex) -> bool:
+        """With `uninstallPolicy: Uninstall`, the driver gpuop installed comes off the DeviceConfig's
+        nodes before its operands and finalizer go; True once no node of it has our driver left.
+        A node whose uninstall failed holds the finalizer until a person acts (docs/operator.md)."""
+        spec, _ = parse_spec(obj.get("spec"))
+        if spec is None or spec.driver.uninstall_policy != "Uninstall":
+            return True  # Keep (or a spec that never validated: nothing of ours was started)
+        if self._override_held(obj):
+            return False
+        owner = object_key(obj)
+        _ok, plan, after = self._drive(owner, spec, nodes, pods, uninstall=True)
+        left = {n: s for n, s in plan.states.items() if s.version or s.state == "installing"}
+        if not left:
+            return True
+        self._apply(RolloutPlan(), uninstall_stage_patches(owner, after))
+        previous = obj.get("status") or {}
+        rollout = plan_rollout(owner, None, nodes, pods)
+        status = build_status(
+            int(obj["metadata"].get("generation") or 0),
+            rollout_conditions(rollout, [], deleting=True),
+            rollout,
+            previous,
+            _now(),
+        )
+        status["driver"] = driver_status(spec.driver, plan.states)
+        self._write_status(obj, status, warning=False)
+        return False
 
     # -- writes ----------------------------------------------------------------------------------
     def _apply(self, plan: RolloutPlan, extra: Sequence[NodePatch] = ()) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 from gpuop_common.config import OPERAND_SECTIONS
 from gpuop_common.config.driver import DriverConfig
 
-from gpuop_operator.driverflow import DriverNodeState, desired_version
+from gpuop_operator.driverflow import DriverNodeState
 from gpuop_operator.model import READY, REMOVING
 from gpuop_operator.overridecheck import REASON as OVERRIDE_REASON
 from gpuop_operator.plan import RolloutPlan
@@ -136,8 +136,10 @@ def build_status(
 def driver_status(driver: DriverConfig, states: Mapping[str, DriverNodeState]) -> JsonObj:
     """`status.driver`: the wanted version, each node's driver state and version, counts per state,
     and a one-line summary for the `Driver` printer column."""
-    want = desired_version(driver)
-    at = sum(1 for state in states.values() if state.version == want)
+    # An empty spec version is each vendor's default: one version when the nodes agree on it.
+    wanted = sorted({s.wanted for s in states.values() if s.wanted})
+    want = driver.version or (", ".join(wanted) if wanted else "default")
+    at = sum(1 for state in states.values() if state.version and state.version == state.wanted)
     nodes = {
         name: {k: v for k, v in (("state", s.state), ("version", s.version), ("message", s.message)) if v}
         for name, s in sorted(states.items())

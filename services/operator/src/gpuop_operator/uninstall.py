@@ -8,7 +8,11 @@ helm deletes anything, while the operator still works:
 1. delete every DeviceConfig the operator manages and wait for them to go: the operator empties
    each node stage by stage (so operator-managed agents leave) and releases its finalizer;
 2. after the wait, a DeviceConfig still there (no operator running, or it is stuck) loses our
-   finalizer here, and its nodes are cleaned by step 3 instead;
+   finalizer here, and its nodes are cleaned by step 3 instead. A DeviceConfig with
+   `driver.uninstallPolicy: Uninstall` keeps its finalizer until the operator has drained and
+   uninstalled the driver node by node, which can take far longer than the wait: the hook says so
+   up front, and names what it cut short when it releases one itself (the driver stays on the
+   nodes the walk had not reached, a node mid-walk stays cordoned);
 3. on every node: our deploy labels and annotations go, and the labels the node labeller owns (its
    ownership annotation lists them) go too on nodes where no node-labeller pod of the release runs
    any more (one that still runs would write them straight back; it is named in the log).
@@ -29,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuop_operator.kubeio import DEVICECONFIGS, NODES, PODS, JsonObj, KubeJson
 from gpuop_operator.model import FINALIZER, LABEL_PREFIX, OWNER_ANNOTATION, STAGE_ANNOTATION
+from gpuop_operator.upgrade import STATE_LABEL
 
 log = logging.getLogger(__name__)
 DEPLOY_PREFIX = f"{LABEL_PREFIX}deploy."
@@ -40,6 +45,7 @@ class CleanupReport:
     forced: tuple[str, ...]  # of those, released here because the operator did not in time
     cleaned_nodes: tuple[str, ...]
     labeller_still_running: tuple[str, ...]  # nodes whose labeller labels were left
+    uninstall_cut_short: tuple[str, ...] = ()  # forced ones whose driver uninstall had not ended
 
     @property
     def complete(self) -> bool:
@@ -65,6 +71,20 @@ def node_cleanup_patch(node: Mapping[str, Any], *, labeller_running: bool) -> Js
     if drop_annotations:
         patch["metadata"]["annotations"] = dict.fromkeys(sorted(drop_annotations))
     return patch
+
+
+def uninstalls_driver(dc: Mapping[str, Any]) -> bool:
+    """The operator takes the driver off this DeviceConfig's nodes before releasing it (read from
+    the raw object: an invalid spec never started a walk, and a typo is no `Uninstall`)."""
+    driver = (dc.get("spec") or {}).get("driver") or {}
+    return isinstance(driver, dict) and driver.get("uninstallPolicy") == "Uninstall"
+
+
+def nodes_in_driver_walk(nodes: list[JsonObj]) -> list[str]:
+    """Nodes an interrupted driver walk left behind (its state label on them, maybe cordoned)."""
+    return sorted(
+        str(n["metadata"]["name"]) for n in nodes if STATE_LABEL in (n["metadata"].get("labels") or {})
+    )
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -135,6 +155,15 @@ def uninstall_cleanup(
         "deleted DeviceConfigs; waiting for the operator to clean up",
         extra={"deviceconfigs": [_key(d) for d in dcs]},
     )
+    uninstalling = {_key(d) for d in dcs if uninstalls_driver(d)}
+    if uninstalling:
+        log.warning(
+            "these DeviceConfigs have driver.uninstallPolicy Uninstall: the operator drains and "
+            "uninstalls the driver node by node before releasing them, and this hook waits only "
+            f"{timeout:.0f}s (uninstallCleanup.timeoutSeconds, bounded by helm uninstall --timeout) "
+            "before releasing them itself, which cuts the driver uninstall short",
+            extra={"deviceconfigs": sorted(uninstalling), "timeout_seconds": timeout},
+        )
 
     def left() -> list[JsonObj]:
         return kube.list(DEVICECONFIGS, watch_namespace)[0]
@@ -149,6 +178,13 @@ def uninstall_cleanup(
                 )
                 _release_finalizer(kube, dc)
                 forced.append(_key(dc))
+    cut_short = sorted(set(forced) & uninstalling)
+    if cut_short:
+        log.warning(
+            "driver uninstall cut short: these nodes keep the driver gpuop installed or stay in the "
+            "walk (cordoned); delete the DeviceConfig before helm uninstall, or raise the timeout",
+            extra={"deviceconfigs": cut_short, "nodes": nodes_in_driver_walk(kube.list(NODES)[0])},
+        )
     cleaned: set[str] = set()
     # Our deploy labels first (the operator already removed them unless it was absent), so that
     # operator-managed labeller pods leave; then the labeller's labels where none runs any more.
@@ -162,5 +198,9 @@ def uninstall_cleanup(
             extra={"nodes": sorted(running)},
         )
     return CleanupReport(
-        tuple(_key(d) for d in dcs), tuple(forced), tuple(sorted(cleaned)), tuple(sorted(running))
+        tuple(_key(d) for d in dcs),
+        tuple(forced),
+        tuple(sorted(cleaned)),
+        tuple(sorted(running)),
+        tuple(cut_short),
     )

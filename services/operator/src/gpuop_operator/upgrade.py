@@ -3,9 +3,11 @@
 
 Per node the label `gpuop.dev/driver-upgrade-state` walks `upgrade-required -> cordoned -> draining
 -> pod-restart -> upgrading -> rebooting -> validating -> upgrade-done`, or ends at `upgrade-failed`
-until a user sets it back to `upgrade-required`. The planner is asked on every reconcile and only
-ever *starts* nodes; it never moves a node past its current step, so its answer is safe to apply
-after an operator restart from whatever the labels say.
+until a user sets it back to `upgrade-required`. An uninstall walks `uninstall-required -> cordoned
+-> draining -> pod-restart -> uninstalling -> (label removed)`, or ends at `uninstall-failed`.
+The planner is asked on every reconcile and only ever *starts* nodes; it never moves a node past
+its current step, so its answer is safe to apply after an operator restart from whatever the
+labels say.
 
 The bounds hold at every moment, not on average:
 - in flight (`cordoned` .. `validating`) never exceeds `maxParallelUpgrades` (0: no limit);
@@ -38,6 +40,11 @@ class UpgradeState(StrEnum):
     VALIDATING = "validating"
     DONE = "upgrade-done"
     FAILED = "upgrade-failed"
+    # The uninstall walk (`uninstallPolicy: Uninstall`) shares cordoned .. pod-restart, then runs the
+    # driver-uninstall Job instead of the install; done, the node loses the state label.
+    UNINSTALL_REQUIRED = "uninstall-required"
+    UNINSTALLING = "uninstalling"
+    UNINSTALL_FAILED = "uninstall-failed"
 
 
 IN_FLIGHT = frozenset(
@@ -48,8 +55,11 @@ IN_FLIGHT = frozenset(
         UpgradeState.UPGRADING,
         UpgradeState.REBOOTING,
         UpgradeState.VALIDATING,
+        UpgradeState.UNINSTALLING,
     }
 )
+WAITING = frozenset({UpgradeState.REQUIRED, UpgradeState.UNINSTALL_REQUIRED})
+FAILED_STATES = frozenset({UpgradeState.FAILED, UpgradeState.UNINSTALL_FAILED})
 # The order a node walks; `FAILED` may be entered from any step in flight.
 SEQUENCE: tuple[UpgradeState, ...] = (
     UpgradeState.REQUIRED,
@@ -102,15 +112,13 @@ def max_unavailable(value: int | str, total: int) -> int:
 
 
 def is_unavailable(node: NodeView) -> bool:
-    return (
-        node.state in IN_FLIGHT or node.state is UpgradeState.FAILED or not node.ready or node.unschedulable
-    )
+    return node.state in IN_FLIGHT or node.state in FAILED_STATES or not node.ready or node.unschedulable
 
 
 @dataclass(frozen=True)
 class UpgradePlan:
-    start: tuple[str, ...]  # nodes to move from `upgrade-required` to `cordoned` now
-    waiting: int  # nodes still `upgrade-required` after this plan
+    start: tuple[str, ...]  # nodes to move from `upgrade-required` (or uninstall-) to `cordoned` now
+    waiting: int  # nodes still waiting after this plan
     in_flight: int  # after this plan
     unavailable: int  # after this plan
     limit_parallel: int | None  # None: no limit
@@ -118,7 +126,8 @@ class UpgradePlan:
 
 
 def plan_upgrades(nodes: Sequence[NodeView], policy: DriverUpgradePolicy) -> UpgradePlan:
-    """Nodes to start now, in name order (deterministic across restarts), within both bounds.
+    """Nodes to start now (an upgrade or an uninstall: the same bounds), in name order
+    (deterministic across restarts), within both bounds.
 
     A node that is already unavailable for another reason (NotReady, cordoned) costs nothing more
     to upgrade, so it may start even when the unavailable budget is spent; it still takes one of
@@ -129,17 +138,19 @@ def plan_upgrades(nodes: Sequence[NodeView], policy: DriverUpgradePolicy) -> Upg
     in_flight = sum(1 for n in nodes if n.state in IN_FLIGHT)
     unavailable = sum(1 for n in nodes if is_unavailable(n))
     start: list[str] = []
-    candidates = sorted((n for n in nodes if n.state is UpgradeState.REQUIRED), key=lambda n: n.name)
-    if policy.enable:
-        for node in candidates:
-            if limit_parallel is not None and in_flight >= limit_parallel:
-                break
-            already_down = is_unavailable(node)
-            if not already_down and unavailable >= limit_unavailable:
-                continue  # a node that is already down may still fit
-            start.append(node.name)
-            in_flight += 1
-            unavailable += 0 if already_down else 1
+    candidates = sorted((n for n in nodes if n.state in WAITING), key=lambda n: n.name)
+    for node in candidates:
+        # `upgradePolicy.enable` is about upgrades; an uninstall is asked for by uninstallPolicy.
+        if node.state is UpgradeState.REQUIRED and not policy.enable:
+            continue
+        if limit_parallel is not None and in_flight >= limit_parallel:
+            break
+        already_down = is_unavailable(node)
+        if not already_down and unavailable >= limit_unavailable:
+            continue  # a node that is already down may still fit
+        start.append(node.name)
+        in_flight += 1
+        unavailable += 0 if already_down else 1
     return UpgradePlan(
         start=tuple(start),
         waiting=len(candidates) - len(start),

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from gpuop_common.config.base import ConfigModel, ImageSettings
+from gpuop_common.config.base import ConfigModel, ImagePullPolicy, ImageRef, ImageSettings
 
 # Integer count or percentage of nodes, as Kubernetes `maxUnavailable` fields are written.
 IntOrPercent = Annotated[
@@ -82,6 +82,15 @@ class DriverConfig(ImageSettings):
     """The out-of-tree GPU kernel driver; disabled means the node's pre-installed driver is used."""
 
     enable: bool = Field(False, description="Install and manage the GPU driver on selected nodes.")
+    # The Jobs run `gpuop-operator playbook`, so the image is the operator's, not a driver container's.
+    image: ImageRef = Field(
+        "",
+        description="Image of the per-node driver and remediation Jobs; empty: the operator's own. "
+        "It must contain `gpuop-operator playbook` (the operator image, e.g. a mirror or your build).",
+    )
+    image_pull_policy: ImagePullPolicy = Field(
+        "IfNotPresent", description="Pull policy of the Jobs' image (when set; else the operator's)."
+    )
     driver_type: Literal["container", "vf-passthrough", "pf-passthrough"] = Field(
         "container", description="AMD driver flavour: host driver, MxGPU VFs or PF passthrough to VMs."
     )
@@ -91,7 +100,8 @@ class DriverConfig(ImageSettings):
     version: str = Field(
         "",
         pattern=r"^$|^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$",
-        description="Driver version to install; empty picks the default for the node's OS.",
+        description="Driver version to install; empty: the playbooks' default for the node's vendor "
+        "(nodes are labelled with that concrete version).",
     )
     blacklist: bool = Field(
         False, description="Blacklist the in-box driver module on the host (takes effect after reboot)."
@@ -121,4 +131,11 @@ class DriverConfig(ImageSettings):
     )
     upgrade_policy: DriverUpgradePolicy = Field(
         default_factory=DriverUpgradePolicy, description="How driver upgrades roll through the nodes."
+    )
+    # Keep by default: an uninstall drains every GPU node, and a DeviceConfig deleted by accident
+    # must not take the drivers out from under a busy cluster.
+    uninstall_policy: Literal["Uninstall", "Keep"] = Field(
+        "Keep",
+        description="On `enable: false` or DeviceConfig deletion: `Uninstall` removes the driver gpuop "
+        "installed (drained, bounded like an upgrade); `Keep` leaves it on the nodes.",
     )
