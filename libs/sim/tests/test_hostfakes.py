@@ -40,6 +40,27 @@ def test_package_state_is_what_dpkg_query_and_rpm_report(
     assert "package curl is not installed" in capsys.readouterr().out
 
 
+def test_apt_cache_madison_answers_from_the_repositories_of_the_last_update(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sources = tmp_path / "etc/apt/sources.list.d"
+    radeon = "file:///srv/radeon/amdgpu/6.3.4/ubuntu/"
+    hostfakes.write_file(sources / "amdgpu.list", f"deb [arch=amd64 signed-by=/k.asc] {radeon} jammy main")
+    assert run(tmp_path, "apt-cache", "madison", "amdgpu-dkms") == 0
+    assert capsys.readouterr().out == ""  # written, not read by an `apt-get update` yet
+    hostfakes.write_file(sources / "cuda.list", "deb https://cuda.example/repos/debian12/x86_64/ /")
+    assert run(tmp_path, "apt-get", "update") == 0
+    assert run(tmp_path, "apt-cache", "madison", "amdgpu-dkms", "nvidia-open", "linux-headers-6.1.0") == 0
+    assert capsys.readouterr().out.splitlines() == [  # the format of apt 2.6 (Debian 12)
+        "amdgpu-dkms | 1:6.10.5.60304-2125197.22.04 | file:/srv/radeon/amdgpu/6.3.4/ubuntu jammy/main amd64"
+        " Packages",
+        *(
+            f"nvidia-open | {driver}-1 | https://cuda.example/repos/debian12/x86_64  Packages"
+            for driver in reversed(hostfakes.NVIDIA_DRIVERS)
+        ),
+    ]
+
+
 def test_a_dkms_package_needs_headers_and_builds_for_the_running_kernel(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

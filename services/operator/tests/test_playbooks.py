@@ -30,7 +30,7 @@ AMD_UBUNTU_22 = [
     ["uname", "-r"],
     ["curl", "-fsSL", "--create-dirs", "-o", "/etc/apt/keyrings/amdgpu.asc", "https://repo.radeon.com/rocm/rocm.gpg.key"],
     ["apt-get", "update"],
-    ["curl", "-fsSL", "https://repo.radeon.com/amdgpu/6.2.4/ubuntu/dists/jammy/main/binary-amd64/Packages"],
+    ["apt-cache", "madison", "amdgpu-dkms"],
     ["dpkg-query", "-W", "-f=${Status} ${Version}", "linux-headers-6.8.0-40-generic"],
     ["dpkg-query", "-W", "-f=${Status} ${Version}", "linux-modules-extra-6.8.0-40-generic"],
     ["dpkg-query", "-W", "-f=${Status} ${Version}", "amdgpu-dkms"],
@@ -58,7 +58,7 @@ NVIDIA_UBUNTU_24 = [
         "https://nvidia.github.io/libnvidia-container/gpgkey",
     ],
     ["apt-get", "update"],
-    ["curl", "-fsSL", "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/Packages"],
+    ["apt-cache", "madison", "nvidia-driver-570-open"],
     ["dpkg-query", "-W", "-f=${Status} ${Version}", "linux-headers-6.8.0-40-generic"],
     ["dpkg-query", "-W", "-f=${Status} ${Version}", "nvidia-driver-570-open"],
     ["dpkg-query", "-W", "-f=${Status} ${Version}", "nvidia-container-toolkit"],
@@ -208,7 +208,7 @@ def test_second_run_changes_nothing_and_only_looks(installed: Installed) -> None
     verbs = {tuple(c[:2]) for c in installed.second_commands}
     looks = ("uname", "dpkg-query", "rpm", "dkms", "systemctl")
     assert all(
-        c[0] in looks or c[:2] == ["dnf", "repoquery"] or (c[0] == "curl" and "-o" not in c)
+        c[0] in looks or c[:2] in (["dnf", "repoquery"], ["apt-cache", "madison"])
         for c in installed.second_commands
     ), verbs
     assert ("systemctl", "restart") not in verbs
@@ -371,11 +371,7 @@ def test_after_a_kernel_update_install_adds_the_headers_and_builds_the_module_fo
     assert summary.succeeded, summary.failed_tasks
     assert hostfakes.recorded(host.root)[before:] == [
         ["uname", "-r"],
-        [
-            "curl",
-            "-fsSL",
-            "https://repo.radeon.com/amdgpu/6.2.4/ubuntu/dists/jammy/main/binary-amd64/Packages",
-        ],
+        ["apt-cache", "madison", "amdgpu-dkms"],
         ["dpkg-query", "-W", "-f=${Status} ${Version}", f"linux-headers-{new}"],
         ["dpkg-query", "-W", "-f=${Status} ${Version}", f"linux-modules-extra-{new}"],
         ["dpkg-query", "-W", "-f=${Status} ${Version}", "amdgpu-dkms"],
@@ -432,6 +428,43 @@ def test_another_version_replaces_the_installed_driver_instead_of_keeping_it(
     )
     again = play(host, driver={**installed.scenario.driver, "version": new})
     assert again.succeeded and again.changed == 0
+
+
+def test_stale_lists_are_refreshed_once_and_another_amdgpu_release_does_not_count(tmp_path: Path) -> None:
+    host = lay_bare_host(tmp_path, "ubuntu-22.04", "amd")
+    radeon = "deb [arch=amd64 signed-by=/etc/apt/keyrings/amdgpu.asc] https://repo.radeon.com/amdgpu"
+    hostfakes.write_file(tmp_path / "etc/apt/keyrings/amdgpu.asc", "key")
+    hostfakes.write_file(tmp_path / "etc/apt/sources.list.d/rocm.list", f"{radeon}/6.3.4/ubuntu jammy main")
+    assert hostfakes.main(["--root", str(tmp_path), "apt-get", "update"]) == 0
+    # The playbook's own repository file is already there, unchanged, but apt never read it.
+    hostfakes.write_file(tmp_path / "etc/apt/sources.list.d/amdgpu.list", f"{radeon}/6.2.4/ubuntu jammy main")
+    before = len(hostfakes.recorded(tmp_path))
+    summary = play(host, driver={"version": "6.2.4"}, containerRuntime="none")
+    assert summary.succeeded, summary.failed_tasks
+    commands = hostfakes.recorded(tmp_path)[before:]
+    madison = ["apt-cache", "madison", "amdgpu-dkms"]
+    assert commands[1:4] == [madison, ["apt-get", "update"], madison]
+    wanted = hostfakes.amd_dkms_version("6.2.4")
+    assert any(c[0] == "apt-get" and f"amdgpu-dkms={wanted}" in c for c in commands)
+    assert summary.facts["driver_package"] == f"amdgpu-dkms={wanted}"
+
+
+def test_a_driver_version_the_repository_lacks_fails_naming_package_version_and_repository(
+    tmp_path: Path,
+) -> None:
+    host = lay_bare_host(tmp_path, "ubuntu-24.04", "nvidia")
+    summary = play(host, driver={"version": "570.999.99"}, containerRuntime="none")
+    assert summary.status == "failed"
+    assert [f.task for f in summary.failed_tasks] == [
+        "Stop when the repository has no version for nvidia-driver-570-open"
+    ]
+    cuda = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
+    assert summary.failed_tasks[0].message == (
+        f"No nvidia-driver-570-open for nvidia driver 570.999.99 in the repository {cuda} /"
+    )
+    madison = ["apt-cache", "madison", "nvidia-driver-570-open"]
+    assert hostfakes.recorded(tmp_path)[-3:] == [madison, ["apt-get", "update"], madison]
+    assert not any(c[:2] == ["apt-get", "install"] for c in hostfakes.recorded(tmp_path))
 
 
 @pytest.mark.parametrize("installed", ["ubuntu-22.04-amd"], indirect=True)

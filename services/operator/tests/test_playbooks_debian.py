@@ -1,7 +1,8 @@
 """The driver playbooks on a real Debian 12 root, entered with the default `chroot` host_exec.
 
-apt, dpkg and curl are the real ones (`gpuop_sim.debian_root`): an install, an upgrade (v1 -> v2),
-a downgrade (v2 -> v1) and an uninstall are judged by the root's dpkg database. The vendors'
+apt, apt-cache, dpkg and curl are the real ones (`gpuop_sim.debian_root`): an install (with another
+amdgpu release left configured, whose higher package must not win), an upgrade (v1 -> v2), a
+downgrade (v2 -> v1) and an uninstall are judged by the root's dpkg database. The vendors'
 repositories are local `file:` mirrors shaped like theirs, which the DeviceConfig's repository URL
 fields point at, as an air-gapped site does. One root per vendor; the steps run once in a module
 fixture and the tests read what each left.
@@ -81,6 +82,11 @@ def amd(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Step]:
             package = RepoPackage("amdgpu-dkms", version, dkms_module="amdgpu")
             mirror.dists_repo(f"radeon/amdgpu/{release}/ubuntu", "jammy", [package])
         driver = {"amdgpuInstallerRepoURL": mirror.url("radeon")}
+        # A release left configured by hand: apt lists its higher amdgpu-dkms too, which must not win.
+        (root / "etc/apt/sources.list.d/rocm-old.list").write_text(
+            "deb [arch=amd64 signed-by=/etc/apt/keyrings/amdgpu.asc]"
+            f" {mirror.url('radeon')}/amdgpu/6.3.4/ubuntu jammy main\n"
+        )
         steps = [
             ("install", "driver-install", "6.2.4"),
             ("again", "driver-install", "6.2.4"),

@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 from gpuop_operator.devicecheck import check_devices
 from gpuop_operator.hostfacts import (
+    apt_source_uri,
     dpkg_version_key,
     host_platform,
-    index_version,
+    madison_version,
     missing_packages,
     packages_to_install,
     parse_os_release,
+    repoquery_version,
     version_mismatches,
 )
 from gpuop_operator.jobresult import PlaybookSummary
@@ -86,27 +88,64 @@ def test_missing_packages_reads_dpkg_and_rpm_answers() -> None:
     assert missing_packages(results, "rhel") == ["c"]
 
 
-AMD_INDEX = """Package: amdgpu-dkms-firmware
-Version: 1:6.10.5.60304-2125197.22.04
+# `apt-cache madison amdgpu-dkms` (apt 2.6) on a host with a stale ROCm 6.3.4 repository left next to
+# the 6.2.4 one the playbook wrote: the higher version must not win.
+RADEON = "https://repo.radeon.com/amdgpu"
+AMD_MADISON = "".join(
+    f"amdgpu-dkms | {version} | {RADEON}/{release}/ubuntu {suite}/main amd64 Packages\n"
+    for version, release, suite in [
+        ("1:6.10.5.60304-2125197.22.04", "6.3.4", "jammy"),
+        ("1:6.8.5.60204-2070768.22.04", "6.2.4", "jammy"),
+        ("1:6.8.5.60204-2070768.22.04", "6.2.4", "noble"),
+    ]
+)
 
-Package: amdgpu-dkms
-Version: 1:6.10.5.60304-2125197.22.04
-Depends: amdgpu-dkms-firmware (= 1:6.10.5.60304-2125197.22.04)
-"""
 
-
-def test_index_version_takes_the_release_repository_package_not_a_version_pattern() -> None:
-    # amdgpu/6.3.4 holds amdgpu-dkms 1:6.10.5.60304-...: no "6.3" in it, so only the index can say.
-    assert index_version(AMD_INDEX, "amdgpu-dkms") == "1:6.10.5.60304-2125197.22.04"
-    assert index_version(AMD_INDEX, "amdgpu-dkms", "6.3.4") == ""
-    cuda = "".join(
-        f"Package: cuda-drivers-570\nVersion: {v}\n\n" for v in ("570.124.06-0ubuntu1", "570.133.20-0ubuntu1")
+def test_madison_version_counts_only_the_repository_the_playbook_configured() -> None:
+    # amdgpu/6.3.4 holds amdgpu-dkms 1:6.10.5.60304-...: no "6.3" in it, so only the repository can say.
+    assert madison_version(AMD_MADISON, "amdgpu-dkms", f"{RADEON}/6.2.4/ubuntu", "jammy") == (
+        "1:6.8.5.60204-2070768.22.04"
     )
-    assert index_version(cuda, "cuda-drivers-570", "570.124.06") == "570.124.06-0ubuntu1"
-    assert index_version(cuda, "cuda-drivers-570", "570.86.15") == ""
-    assert index_version("\n6.8.5.60204-2070768.el9\n6.10.5.60304-2125197.el9\n", "amdgpu-dkms") == (
-        "6.10.5.60304-2125197.el9"
+    assert madison_version(AMD_MADISON, "amdgpu-dkms", f"{RADEON}/6.3.4/ubuntu/", "jammy") == (
+        "1:6.10.5.60304-2125197.22.04"
     )
+    assert madison_version(AMD_MADISON, "amdgpu-dkms", f"{RADEON}/6.3.4/ubuntu", "noble") == ""
+    assert madison_version(AMD_MADISON, "amdgpu-dkms", f"{RADEON}/6.4.1/ubuntu", "jammy") == ""
+    assert madison_version(AMD_MADISON, "amdgpu-dkms-firmware", f"{RADEON}/6.3.4/ubuntu", "jammy") == ""
+    assert madison_version("", "amdgpu-dkms", f"{RADEON}/6.3.4/ubuntu", "jammy") == ""  # apt: no line
+
+
+def test_madison_version_of_a_flat_repository_takes_the_driver_version() -> None:
+    cuda = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
+    madison = "".join(
+        f"cuda-drivers-570 | {v} | {cuda}  Packages\n" for v in ("570.133.20-0ubuntu1", "570.124.06-0ubuntu1")
+    )
+    ubuntu = "http://archive.ubuntu.com/ubuntu jammy/restricted amd64 Packages"
+    madison += f"cuda-drivers-570 | 570.172.08-0ubuntu1 | {ubuntu}\n"
+    assert (
+        madison_version(madison, "cuda-drivers-570", f"{cuda}/", "/", "570.124.06") == "570.124.06-0ubuntu1"
+    )
+    assert madison_version(madison, "cuda-drivers-570", f"{cuda}/", "/") == "570.133.20-0ubuntu1"
+    assert madison_version(madison, "cuda-drivers-570", f"{cuda}/", "/", "570.86.15") == ""
+    assert madison_version(madison, "cuda-drivers-570", f"{cuda}/", "/", "570.172.08") == ""
+
+
+def test_apt_names_a_source_without_credentials_trailing_slash_or_file_slashes() -> None:
+    assert apt_source_uri("file:///srv/mirror/radeon/amdgpu/6.2.4/ubuntu/") == (
+        "file:/srv/mirror/radeon/amdgpu/6.2.4/ubuntu"
+    )
+    assert apt_source_uri("https://user:secret@mirror.example/cuda/") == "https://mirror.example/cuda"
+    madison = "     nvidia-open | 570.124.06-1 | file:/srv/mirror/cuda/debian12/x86_64  Packages\n"
+    assert madison_version(madison, "nvidia-open", "file:///srv/mirror/cuda/debian12/x86_64/", "/") == (
+        "570.124.06-1"
+    )
+
+
+def test_repoquery_version_takes_the_highest_of_the_release() -> None:
+    lines = "\n6.8.5.60204-2070768.el9\n6.10.5.60304-2125197.el9\n"
+    assert repoquery_version(lines) == "6.10.5.60304-2125197.el9"
+    assert repoquery_version(lines, "6.8.5.60204") == "6.8.5.60204-2070768.el9"
+    assert repoquery_version("") == ""
 
 
 def test_dpkg_version_order() -> None:

@@ -9,15 +9,18 @@ The fakes keep the state real tools keep, under the same root, so that a playboo
 its earlier commands did: installed packages (`dpkg-query`, `rpm -q`), built DKMS modules
 (`dkms status`), loaded modules (`/sys/module/<m>/initstate`), device nodes, active units.
 
-Where they differ from the real tools: no download (`curl` without `-o` answers a made-up vendor
-`Packages` index: `amd_dkms_version`, `NVIDIA_DRIVERS`), no compiler; a `*-dkms` (or NVIDIA kernel module)
-package "builds" for the running kernel at install time, as its postinst does. On a simulated node's
-root (a node profile, `gpuop_sim.drivertree`) `modprobe amdgpu` / `modprobe nvidia` move in the
-profile's own driver tree (the KFD/DRM tree `build_node_root` lays; the NVIDIA device nodes and the
-fake NVML's driver) and `modprobe -r` moves it out again; a driver the profile ships with (in-box)
-loads without a DKMS build and at every boot. On a bare root without a profile `modprobe amdgpu`
-lays a minimal KFD/DRM tree for the AMD PCI GPUs under `sys/bus/pci/devices`, `modprobe nvidia` the
-`/dev/nvidia*` nodes for the NVIDIA ones (plain files, not device nodes).
+Where they differ from the real tools: no download (`curl -o` writes a made-up key; `apt-get update`
+notes the `deb` lines of sources.list(.d) and `apt-cache madison` answers from those alone, with the
+made-up vendor repositories: `amd_dkms_version` per amdgpu release, `NVIDIA_DRIVERS` per CUDA
+repository; a package no noted repository holds gets no line, as from apt), no compiler; a `*-dkms`
+(or NVIDIA kernel module) package "builds" for the running kernel at install time, as its postinst
+does. On a simulated node's root (a node profile, `gpuop_sim.drivertree`) `modprobe amdgpu` /
+`modprobe nvidia` move in the profile's own driver tree (the KFD/DRM tree `build_node_root` lays;
+the NVIDIA device nodes and the fake NVML's driver) and `modprobe -r` moves it out again; a driver
+the profile ships with (in-box) loads without a DKMS build and at every boot. On a bare root
+without a profile `modprobe amdgpu` lays a minimal KFD/DRM tree for the AMD PCI GPUs under
+`sys/bus/pci/devices`, `modprobe nvidia` the `/dev/nvidia*` nodes for the NVIDIA ones (plain files,
+not device nodes).
 
 `reboot` / `systemctl reboot`: on a root a running SimCluster watches (`.gpuop-sim/rebooter`
 names its live pid) the fake asks the cluster to reboot the node; run inside a simulated pod it then
@@ -65,6 +68,7 @@ DKMS = f"{STATE_DIR}/dkms.json"
 KERNEL = f"{STATE_DIR}/kernel"
 BOOTS = f"{STATE_DIR}/boots"
 FAILURES = f"{STATE_DIR}/fail"
+APT_LISTS = f"{STATE_DIR}/apt-lists.json"  # the sources the last `apt-get update` read
 AMD_DRIVER_STATE = drivertree.SIM_DIR / "amd-driver.json"  # gpuop_sim.nodes.amd_driver.DRIVER_STATE
 ABSENT = f"{STATE_DIR}/absent"
 BUSY = f"{STATE_DIR}/busy"
@@ -178,16 +182,17 @@ def amd_dkms_version(release: str, family: str = "debian") -> str:
 NVIDIA_DRIVERS = ("550.127.05", "570.86.15", "570.124.06", "570.133.20", "575.57.08")
 
 
-def _repository_index(url: str) -> str | None:
-    """A `Packages` index like the vendor's at `url`, or None for a URL the fakes do not serve."""
-    amd = re.search(r"/amdgpu/([^/]+)/ubuntu/dists/[^/]+/main/binary-amd64/Packages$", url)
-    if amd:
-        return f"Package: amdgpu-dkms\nVersion: {amd_dkms_version(amd.group(1))}\nArchitecture: amd64\n"
-    cuda = re.search(r"/(ubuntu\d+|debian\d+)/x86_64/Packages$", url)
-    if cuda:
-        stanzas = []
-        for driver in NVIDIA_DRIVERS:
-            version = f"{driver}-0ubuntu1" if cuda.group(1).startswith("ubuntu") else f"{driver}-1"
+def _repository_packages(uri: str, suite: str) -> dict[str, list[str]]:
+    """Package -> versions (highest first) the fake vendor repository `deb <uri> <suite>` holds,
+    nothing for a repository the fakes do not serve."""
+    amd = re.search(r"/amdgpu/([^/]+)/ubuntu/?$", uri)
+    if amd and suite != "/":
+        return {"amdgpu-dkms": [amd_dkms_version(amd.group(1))]}
+    cuda = re.search(r"/(ubuntu\d+|debian\d+)/x86_64/?$", uri)
+    if cuda and suite == "/":
+        suffix = "-0ubuntu1" if cuda.group(1).startswith("ubuntu") else "-1"
+        packages: dict[str, list[str]] = {}
+        for driver in reversed(NVIDIA_DRIVERS):
             branch = driver.split(".")[0]
             for name in (
                 f"nvidia-driver-{branch}-open",
@@ -195,9 +200,29 @@ def _repository_index(url: str) -> str | None:
                 "nvidia-open",
                 "cuda-drivers",
             ):
-                stanzas.append(f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n")
-        return "\n".join(stanzas)
-    return None
+                packages.setdefault(name, []).append(driver + suffix)
+        return packages
+    return {}
+
+
+def _apt_sources(root: Path) -> list[list[str]]:
+    """`[uri, suite, component...]` of every one-line `deb` entry in sources.list(.d)."""
+    files = [root / "etc/apt/sources.list", *sorted((root / "etc/apt/sources.list.d").glob("*.list"))]
+    sources = []
+    for path in (f for f in files if f.is_file()):
+        for line in path.read_text().splitlines():
+            words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()
+            if len(words) >= 3 and words[0] == "deb":
+                sources.append(words[1:])
+    return sources
+
+
+def _apt_describe(uri: str, suite: str, component: str) -> str:
+    """How apt names an index in its output, e.g. `file:/srv/x jammy/main amd64 Packages`; a flat
+    repository's (`suite` "/") is `<uri>  Packages`."""
+    uri = re.sub(r"^([a-z0-9+.-]+://)[^/@]*@", r"\1", uri).rstrip("/")
+    uri = re.sub(r"^file://(?=/)", "file:", uri)
+    return f"{uri}  Packages" if suite == "/" else f"{uri} {suite}/{component} amd64 Packages"
 
 
 def _module_of(package: str) -> str:
@@ -274,10 +299,27 @@ def apt_get(root: Path, args: list[str]) -> int:
         return _install(root, packages, error_code=100)
     if verb in ("remove", "purge", "autoremove"):
         return _remove(root, packages)
-    if verb == "update":
+    if verb == "update":  # the lists apt-cache answers from: what the sources named at this update
+        write_file(root / APT_LISTS, json.dumps(_apt_sources(root)))
         return 0
     print(f"E: Invalid operation {verb}", file=sys.stderr)
     return 100
+
+
+def apt_cache(root: Path, args: list[str]) -> int:
+    """`apt-cache madison PKG...`: a line per version and index of the lists of the last `apt-get
+    update` (none for a package no listed repository holds, exit 0, as apt 2.6 answers)."""
+    words = _package_args(args)
+    if words[:1] != ["madison"]:
+        print(f"E: the fake knows madison only, not {shlex.join(args)}", file=sys.stderr)
+        return 100
+    lists = json.loads((root / APT_LISTS).read_text()) if (root / APT_LISTS).is_file() else []
+    for package in words[1:]:
+        for uri, suite, *components in lists:
+            for version in _repository_packages(uri, suite).get(package, []):
+                for component in components or [""]:
+                    print(f"{package:>10} | {version:>10} | {_apt_describe(uri, suite, component)}")
+    return 0
 
 
 def dnf(root: Path, args: list[str]) -> int:
@@ -537,19 +579,12 @@ def reboot(root: Path, args: list[str]) -> int:
 
 
 def curl(root: Path, args: list[str]) -> int:
-    if "-o" not in args:  # a repository index to stdout
-        url = next((a for a in args if a.startswith(("http://", "https://", "file:"))), "")
-        index = _repository_index(url)
-        if index is None:
-            print(f"curl: (22) The requested URL returned error: 404 ({url})", file=sys.stderr)
-            return 22
-        print(index, end="")
-        return 0
-    if args.index("-o") + 1 >= len(args):
-        print("curl: -o needs a FILE", file=sys.stderr)
+    """`curl -o FILE URL` (the repository keys): writes a made-up key, downloads nothing."""
+    if "-o" not in args[:-1]:
+        print("curl: the fake only saves to a file: -o FILE", file=sys.stderr)
         return 2
     target = args[args.index("-o") + 1]
-    url = next((a for a in args if a.startswith(("http://", "https://"))), "")
+    url = next((a for a in args if a.startswith(("http://", "https://", "file:"))), "")
     write_file(
         root / target.lstrip("/"),
         f"-----BEGIN PGP PUBLIC KEY BLOCK-----\nfake key from {url}\n-----END PGP PUBLIC KEY BLOCK-----",
@@ -759,6 +794,7 @@ def _no_op(root: Path, args: list[str]) -> int:
 
 FAKES: dict[str, Fake] = {
     "apt-get": apt_get,
+    "apt-cache": apt_cache,
     "dnf": dnf,
     "dpkg-query": dpkg_query,
     "rpm": rpm,

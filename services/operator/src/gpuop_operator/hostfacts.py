@@ -167,19 +167,41 @@ def upstream_version(version: str) -> str:
     return rest.rpartition("-")[0] if "-" in rest else rest
 
 
-def index_version(index: str, package: str, upstream: str = "") -> str:
-    """The version of `package` to install from a repository index: an apt `Packages` file (stanzas
-    of `Package:`/`Version:`) or `dnf repoquery` lines of versions. `upstream` set: only versions whose
-    upstream part is it (NVIDIA: `570.133.20` -> `570.133.20-0ubuntu1`); empty: every version, as in
-    AMD's per-release repositories, whose amdgpu-dkms numbering is not the ROCm release's. The highest
-    of those, "" when none."""
-    versions: list[str] = []
-    if "Package:" in index:
-        for stanza in re.split(r"\n\s*\n", index):
-            fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, flags=re.MULTILINE))
-            if fields.get("Package") == package and fields.get("Version"):
-                versions.append(fields["Version"].strip())
-    else:
-        versions = [line.strip() for line in index.splitlines() if line.strip()]
+def _highest(versions: list[str], upstream: str) -> str:
+    """The highest of `versions` (dpkg ordering) whose upstream part is `upstream` (any when empty)."""
     found = [v for v in versions if not upstream or upstream_version(v) == upstream or v == upstream]
     return max(found, key=dpkg_version_key, default="")
+
+
+def repoquery_version(lines: str, upstream: str = "") -> str:
+    """The version to install from `dnf repoquery --queryformat '%{version}-%{release}'` lines (one
+    repository enabled): the highest, with `upstream` set only those of that upstream version; ""
+    when none."""
+    return _highest([line.strip() for line in lines.splitlines() if line.strip()], upstream)
+
+
+def apt_source_uri(repo: str) -> str:
+    """A `deb` line's URI as apt prints it (`apt-get update`, `apt-cache madison`): no credentials,
+    no trailing slash, `file:///x` as `file:/x`."""
+    uri = re.sub(r"^([a-z0-9+.-]+://)[^/@]*@", r"\1", repo.strip()).rstrip("/")
+    return re.sub(r"^file://(?=/)", "file:", uri)
+
+
+def madison_version(madison: str, package: str, repo: str, suite: str, upstream: str = "") -> str:
+    """The version of `package` to install from `apt-cache madison <package>` lines
+    (`  amdgpu-dkms | 1:6.10.5.60304-2125197.22.04 | https://repo.radeon.com/amdgpu/6.3.4/ubuntu
+    jammy/main amd64 Packages`), counting only the index of `deb <repo> <suite> ...`: a flat
+    repository (`suite` "/") is described as `<uri>  Packages`. AMD's per-release repository holds the
+    release's amdgpu-dkms, whose numbering is not the ROCm release's, so another amdgpu release also
+    configured on the host must not count; NVIDIA's packages carry the driver version as their
+    upstream version (`upstream` "570.133.20" -> `570.133.20-0ubuntu1`). The highest, "" when none."""
+    uri, dist = apt_source_uri(repo), "" if suite.strip() == "/" else suite.strip()
+    versions = []
+    for line in madison.splitlines():
+        fields = [field.strip() for field in line.split("|")]
+        if len(fields) != 3 or fields[0] != package:
+            continue
+        source_uri, _, rest = fields[2].partition(" ")
+        if source_uri == uri and rest.split(" ")[0].partition("/")[0] == dist:
+            versions.append(fields[1])
+    return _highest(versions, upstream)

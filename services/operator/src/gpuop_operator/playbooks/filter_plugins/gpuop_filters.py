@@ -7,12 +7,13 @@ from typing import Any
 
 from gpuop_operator.hostfacts import (
     host_platform,
-    index_version,
     installed_matches,
     installed_packages,
     installed_version_of,
+    madison_version,
     missing_packages,
     packages_to_install,
+    repoquery_version,
     upstream_version,
     version_mismatches,
 )
@@ -26,7 +27,8 @@ class FilterModule:
             "gpuop_installed_packages": installed_packages,
             "gpuop_packages_to_install": packages_to_install,
             "gpuop_version_mismatches": version_mismatches,
-            "gpuop_index_version": index_version,
+            "gpuop_madison_version": madison_version,
+            "gpuop_repoquery_version": repoquery_version,
             "gpuop_upstream_version": upstream_version,
             "gpuop_installed_version": installed_version_of,
             "gpuop_version_matches": installed_matches,
