@@ -59,3 +59,23 @@ def test_redact_pod_drops_secret_env_values() -> None:
     }
     env = redact_pod(pod)["spec"]["containers"][0]["env"]
     assert env == [{"name": "API_TOKEN", "value": "<redacted>"}, {"name": "MODE", "value": "m"}]
+
+
+def test_a_node_in_the_driver_uninstall_walk_is_d005_and_a_failed_uninstall_d006() -> None:
+    """`driver.enable: false` with `uninstallPolicy: Uninstall`: the doctor follows the walk although
+    the DeviceConfig no longer enables the driver, and a finished uninstall is no finding at all."""
+    disabled = config("x", pool="x")
+    disabled["spec"]["driver"] = {"enable": False, "uninstallPolicy": "Uninstall"}
+    state, version = nodemeta.DRIVER_UPGRADE_STATE_LABEL, nodemeta.DRIVER_VERSION_LABEL
+    walking = gpu_node("walking", pool="x", **{state: "uninstalling", version: "6.12"})
+    failed = gpu_node("failed", pool="x", **{state: "uninstall-failed", version: "6.12"})
+    failed["metadata"]["annotations"] = {nodemeta.DRIVER_FAILURE_ANNOTATION: "driver uninstall Job failed"}
+    done = gpu_node("done", pool="x")
+    snap = Snapshot("gpu-operator", nodes=[walking, failed, done], deviceconfigs=[disabled])
+    report = diagnose(snap, "walking")
+    assert report.verdict is not None and report.verdict.code.code == "GPUOP-D005"
+    assert any("driver-uninstall Job" in line for line in report.verdict.evidence)
+    report = diagnose(snap, "failed")
+    assert report.verdict is not None and report.verdict.code.code == "GPUOP-D006"
+    assert "uninstall-required" in report.verdict.next_step
+    assert not any(x.code.code.startswith("GPUOP-D") for x in diagnose(snap, "done").findings)

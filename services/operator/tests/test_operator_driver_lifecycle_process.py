@@ -68,9 +68,12 @@ def marker(root: Path) -> dict[str, Any]:
 
 
 def installs(root: Path) -> int:
-    """`apt-get install` calls of the amdgpu package the fakes recorded on this host."""
+    """`apt-get install` calls of the amdgpu package (`amdgpu-dkms=<exact version>`) the fakes
+    recorded on this host."""
     return sum(
-        1 for argv in hostfakes.recorded(root) if argv[:2] == ["apt-get", "install"] and "amdgpu-dkms" in argv
+        1
+        for argv in hostfakes.recorded(root)
+        if argv[:2] == ["apt-get", "install"] and any(a.startswith("amdgpu-dkms=") for a in argv)
     )
 
 
@@ -98,6 +101,8 @@ def test_enabling_the_driver_installs_it_on_every_node_through_privileged_jobs(
     for node in cluster.nodes:
         assert labels(cluster, node.name)[VERSION_LABEL] == "6.12"
         assert marker(node.root)["version"] == "6.12"
+        assert marker(node.root)["package_version"] == hostfakes.amd_dkms_version("6.12")
+        assert installs(node.root) == 1
         assert [g.pci_address for g in AmdSysfsBackend(node.root).enumerate()]  # modprobe laid the tree
         pods, _ = api.list(PODS, NAMESPACE, labelSelector=f"job-name={jobs[node.name]['metadata']['name']}")
         assert [p["status"]["phase"] for p in pods] == ["Succeeded"]
@@ -123,6 +128,8 @@ def test_a_version_change_upgrades_each_node_to_the_new_driver(cluster: SimClust
         assert labels(cluster, node.name)[VERSION_LABEL] == "6.13"
         assert marker(node.root)["version"] == "6.13"
         assert installs(node.root) == installs_before[node.name] + 1  # the playbook ran once more
+        # What the package manager has, not what the playbook wrote: 6.13's own amdgpu-dkms.
+        assert marker(node.root)["package_version"] == hostfakes.amd_dkms_version("6.13")
         assert "6.13" in (node.root / "etc/apt/sources.list.d/amdgpu.list").read_text()
         assert not api.get(NODES, node.name)["spec"].get("unschedulable")
 

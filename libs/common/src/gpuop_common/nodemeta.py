@@ -80,8 +80,17 @@ DRIVER_UPGRADE_STATES = (
     "validating",
     "upgrade-done",
     "upgrade-failed",
+    # The uninstall walk (`uninstallPolicy: Uninstall`) shares cordoned .. pod-restart.
+    "uninstall-required",
+    "uninstalling",
+    "uninstall-failed",
 )
-DRIVER_UPGRADE_CORDONING = frozenset(DRIVER_UPGRADE_STATES[1:7]) | {"upgrade-failed"}
+DRIVER_UNINSTALL_STATES = frozenset(DRIVER_UPGRADE_STATES[9:])
+DRIVER_UPGRADE_CORDONING = frozenset(DRIVER_UPGRADE_STATES[1:7]) | {
+    "upgrade-failed",
+    "uninstalling",
+    "uninstall-failed",
+}
 REMEDIATION_STATES = (
     "detected",
     "awaiting-approval",

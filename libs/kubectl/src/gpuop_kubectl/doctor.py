@@ -35,6 +35,7 @@ from gpuop_common.nodemeta import (
     CONFIG_STATE_LABEL,
     DEPLOY_LABEL_PREFIX,
     DRIVER_FAILURE_ANNOTATION,
+    DRIVER_UNINSTALL_STATES,
     DRIVER_UPGRADE_CORDONING,
     DRIVER_UPGRADE_STATE_LABEL,
     DRIVER_VERSION_LABEL,
@@ -70,6 +71,8 @@ DRIVER_WAITS = {
     "upgrading": "the driver-install Job with the new version",
     "rebooting": "the node-reboot Job: a new bootID and Ready",
     "validating": "the node Ready with its GPUs in allocatable (and the test runner's Passed answer)",
+    "uninstall-required": "a free slot within maxParallelUpgrades and maxUnavailableNodes",
+    "uninstalling": "the driver-uninstall Job",
 }
 REMEDIATION_WAITS = {
     "detected": "the trigger to hold conditionHoldSeconds, a maxParallel slot, or the driver lifecycle",
@@ -130,7 +133,11 @@ def _walk(snap: Snapshot, node: Obj) -> Iterator[Finding]:
             "it is Ready",
         )
     spec = _spec(config) if config is not None else None
-    if spec is not None and spec.driver.enable:
+    uninstall_state = labels_of(node).get(DRIVER_UPGRADE_STATE_LABEL, "")
+    if uninstall_state in DRIVER_UNINSTALL_STATES:
+        # enable: false, or the DeviceConfig deleted, with uninstallPolicy: Uninstall.
+        yield from _uninstall(snap, node, uninstall_state)
+    elif spec is not None and spec.driver.enable:
         yield from _driver(snap, node)
     yield from _operands(snap, node)
     if spec is not None and spec.device_plugin.enable and not spec.dra_driver.enable:
@@ -300,6 +307,35 @@ def _driver(snap: Snapshot, node: Obj) -> Iterator[Finding]:
             (f"{DRIVER_UPGRADE_STATE_LABEL}={state}", f"waits for {DRIVER_WAITS[state]}", *job_lines),
             "wait for the walk to end (upgrade-done); kubectl get deviceconfig shows the rollout",
         )
+
+
+def _uninstall(snap: Snapshot, node: Obj, state: str) -> Iterator[Finding]:
+    """`driver.enable: false` (or a deleted DeviceConfig) with `uninstallPolicy: Uninstall`."""
+    name = name_of(node)
+    jobs = node_jobs(snap, name, "driver-uninstall")
+    job_lines = tuple(f"Job {key_of(j)}: {_job_state(j)}" for j in jobs)
+    version = labels_of(node).get(DRIVER_VERSION_LABEL, "")
+    if state == "uninstall-failed":
+        tasks = [t for j in jobs for t in failed_tasks(snap, j)]
+        events = [str(e.get("message", "")) for e in _node_events(snap, name, "DriverUninstallFailed")]
+        failure = annotations_of(node).get(DRIVER_FAILURE_ANNOTATION, "")
+        evidence = (f"{DRIVER_FAILURE_ANNOTATION}: {failure}",) if failure else ()
+        yield Finding(
+            f.D006,
+            failure.split(": task", 1)[0] or f"{DRIVER_UPGRADE_STATE_LABEL}=uninstall-failed",
+            evidence + tuple(dict.fromkeys(tasks or events[-5:])) + job_lines,
+            "fix what the failed task names, then retry: "
+            f"kubectl label node {name} {DRIVER_UPGRADE_STATE_LABEL}=uninstall-required --overwrite "
+            "(or set uninstallPolicy: Keep to leave the driver)",
+        )
+        return
+    yield Finding(
+        f.D005,
+        f"driver uninstall step {state} (installed {version or 'unknown'})",
+        (f"{DRIVER_UPGRADE_STATE_LABEL}={state}", f"waits for {DRIVER_WAITS[state]}", *job_lines),
+        "wait for the walk to end (the state label goes); the node then offers no GPUs by design "
+        "until the driver is enabled again",
+    )
 
 
 # ------------------------------------------------------------------ operands
