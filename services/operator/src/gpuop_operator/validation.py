@@ -6,6 +6,7 @@ condition reason the status will show. A DeviceConfig with any problem changes n
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,8 @@ CONFLICT = "Conflict"
 INVALID_FOR_VENDOR = "InvalidForVendor"
 
 _MESSAGE_LIMIT = 20  # problems listed in one condition message; the rest are counted
+# `timeSlicing.resources[0].replicas: ...`: a model validator's message that starts with a field path.
+_FIELD_PREFIX = re.compile(r"^([a-z][A-Za-z0-9]*(\[[0-9]+\])?(\.[a-z][A-Za-z0-9]*(\[[0-9]+\])?)*): ")
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,10 @@ def describe_errors(exc: ValidationError) -> list[str]:
         message = str(error.get("msg", "invalid"))
         message = message.removeprefix("Value error, ")
         loc = tuple(error.get("loc", ()))
-        if loc:
+        if loc and (sub := _FIELD_PREFIX.match(message)):
+            # A nested model's rule names its own field first: join the two into one path.
+            lines.append(f"{_error_path(loc)}.{sub.group(1)}: {message[sub.end() :]}")
+        elif loc:
             lines.append(f"{_error_path(loc)}: {message}")
         else:
             lines.append(f"spec.{message}")
