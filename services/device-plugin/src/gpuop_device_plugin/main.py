@@ -67,7 +67,7 @@ def serve(ctx: ServiceContext[DevicePluginSettings]) -> int:
     watcher = ConfigFileWatcher.load(
         s.config_file, DevicePluginConfig, interval=s.config_poll_interval, node_name=s.node_name
     )
-    manager = ResourceManager(backends, watcher.config)
+    manager = ResourceManager(backends, watcher.config, host_root=s.host_root)
     service = DevicePluginService(
         manager, s.socket_dir, cdi_dir=s.cdi_spec_dir, health_interval=s.health_interval
     )
