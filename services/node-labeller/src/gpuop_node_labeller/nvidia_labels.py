@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from gpuop_common.gpu.models import GpuDevice, MigDevice, Vendor
+from gpuop_common.gpu.sharing import SHARED_SUFFIX, DeviceSharing, gpu_sharing
 
 from gpuop_node_labeller.options import LabelOptions
 from gpuop_node_labeller.sanitize import sanitise, value_or_none
@@ -87,14 +88,19 @@ def _architecture(gpu: GpuDevice) -> dict[str, str]:
     return labels
 
 
-def _full_gpu_labels(gpu: GpuDevice, count: int, replicas: int) -> dict[str, str]:
+def _full_gpu_labels(
+    gpu: GpuDevice, count: int, replicas: int, sharing: DeviceSharing | None = None
+) -> dict[str, str]:
+    # As GFD: the configured replicas and strategy when shared; `-SHARED` on the product when the
+    # resource keeps its plain name, so a nodeSelector on the product does not land on a shared GPU.
     labels = {
         f"{PREFIX}/gpu.count": str(count),
-        f"{PREFIX}/gpu.replicas": str(replicas),
-        f"{PREFIX}/gpu.sharing-strategy": "none",
+        f"{PREFIX}/gpu.replicas": str(sharing.replicas if sharing else replicas),
+        f"{PREFIX}/gpu.sharing-strategy": sharing.strategy if sharing else "none",
     }
     if product := product_name(gpu.model):
-        labels[f"{PREFIX}/gpu.product"] = product
+        renamed = sharing is not None and sharing.resource.endswith(SHARED_SUFFIX)
+        labels[f"{PREFIX}/gpu.product"] = product + ("-SHARED" if sharing and not renamed else "")
     if (memory := _mib(gpu.vram_total_bytes)) is not None:
         labels[f"{PREFIX}/gpu.memory"] = memory
     return labels | _architecture(gpu)
@@ -157,7 +163,8 @@ def nvidia_labels(gpus: Sequence[GpuDevice], options: LabelOptions) -> dict[str,
     labels = version_labels(nvidia)
     capable = any(g.partition is not None and "mig" in g.partition.available_compute for g in nvidia)
     labels[f"{PREFIX}/mig.capable"] = str(capable).lower()
-    labels[f"{PREFIX}/mps.capable"] = "false"
+    mps = options.sharing.mps is not None and any(gpu_sharing(g, options.sharing) for g in nvidia)
+    labels[f"{PREFIX}/mps.capable"] = str(mps).lower()
     cliques = Counter(g.nvlink_clique for g in nvidia if g.nvlink_clique)
     if len(cliques) == 1 and (clique := value_or_none(next(iter(cliques)))):
         labels[f"{PREFIX}/gpu.clique"] = clique
@@ -166,7 +173,7 @@ def nvidia_labels(gpus: Sequence[GpuDevice], options: LabelOptions) -> dict[str,
     elif options.mig_strategy == "mixed":
         labels |= _mixed_strategy(nvidia)
     else:
-        labels |= _full_gpu_labels(nvidia[0], len(nvidia), 1)
+        labels |= _full_gpu_labels(nvidia[0], len(nvidia), 1, gpu_sharing(nvidia[0], options.sharing))
     if options.mig_strategy != "none":
         labels[f"{PREFIX}/mig.strategy"] = options.mig_strategy
     return labels

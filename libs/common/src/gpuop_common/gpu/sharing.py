@@ -52,6 +52,13 @@ def replicas_for(
     return DeviceSharing("time-slicing", count, name)
 
 
+def gpu_sharing(gpu: GpuDevice, sharing: Sharing) -> DeviceSharing | None:
+    """The sharing of a GPU under its vendor's whole-GPU resource (`amd.com/gpu`, `nvidia.com/gpu`),
+    what the labels describe; a MIG-enabled GPU counts as not shared as a whole."""
+    mig = gpu.partition is not None and gpu.partition.compute == "mig"
+    return replicas_for(f"{gpu.vendor.value}.com/gpu", gpu, sharing, mig=mig)
+
+
 def mps_problems(gpus: Iterable[GpuDevice], sharing: Sharing) -> list[str]:
     """Why MPS cannot serve some GPUs of a node (AMD GPUs, MIG-enabled GPUs); empty when it can."""
     if sharing.mps is None:
