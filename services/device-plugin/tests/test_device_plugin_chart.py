@@ -102,3 +102,23 @@ def test_schema_rejects_bad_values(bad: str) -> None:
 def test_config_schema_is_the_generated_one() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["properties"]["config"] == structural_schema(DevicePluginConfig, forbid_unknown=True)
+
+
+def test_the_mps_control_daemon_is_its_own_daemonset_on_mps_nodes_only() -> None:
+    docs = helm.template(CHART, release="gpuop", values=["mpsControlDaemon.enabled=true"])
+    assert helm.validate_manifests(docs, "1.35.0") == []
+    sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DaemonSet"}
+    mps = sets["gpuop-device-plugin-mps"]
+    plugin = sets["gpuop-device-plugin"]
+    pod = mps["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["nvidia.com/mps.capable"] == "true"
+    assert pod["containers"][0]["command"] == ["gpuop-mps-control-daemon"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["mps-root"] == "/host/run/gpuop/mps"
+    # Neither DaemonSet's selector matches the other's pods.
+    plugin_sel = plugin["spec"]["selector"]["matchLabels"].items()
+    assert not plugin_sel <= mps["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        not mps["spec"]["selector"]["matchLabels"].items()
+        <= plugin["spec"]["template"]["metadata"]["labels"].items()
+    )
