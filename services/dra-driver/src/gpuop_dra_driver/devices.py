@@ -9,11 +9,14 @@ whole GPU is not allocatable while partitioned. Which of them are healthy is `he
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuop_common.config.sharing import Sharing
 from gpuop_common.gpu import GpuDevice, Vendor
+from gpuop_common.gpu.sharing import replicas_for
 
 TYPE_GPU = "gpu"
 TYPE_PARTITION = "partition"
@@ -209,9 +212,43 @@ def nvidia_devices(gpu: GpuDevice) -> list[DraDevice]:
     return devices
 
 
-def build_devices(gpus: Sequence[GpuDevice]) -> list[DraDevice]:
-    """Every device of these GPUs, healthy or not, sorted by name."""
+def _resource_of(device: DraDevice, gpu: GpuDevice) -> str:
+    """The device plugin resource this device would be under (what `timeSlicing.resources` names)."""
+    if device.type == TYPE_GPU:
+        return f"{gpu.vendor.value}.com/gpu"
+    profile = str(device.attributes.get("partitionProfile", {}).get("string", ""))
+    if gpu.vendor == Vendor.NVIDIA:
+        return f"nvidia.com/mig-{profile.replace('+', '.')}"
+    return f"amd.com/{profile}" if profile else "amd.com/gpu"
+
+
+def time_sliced(device: DraDevice, gpu: GpuDevice, sharing: Sharing) -> list[DraDevice]:
+    """The device itself (`shared: false`), or `replicas` devices `<name>-ts-<n>` (`shared: true`)
+    that a scheduler may hand to as many claims; a claim several pods reference needs no replicas."""
+    decision = replicas_for(_resource_of(device, gpu), gpu, sharing, mig=_mig_enabled(gpu))
+    if decision is None:
+        return [dataclasses.replace(device, attributes={**device.attributes, "shared": {"bool": False}})]
+    return [
+        dataclasses.replace(
+            device,
+            name=f"{device.name}-ts-{n}",
+            uid=f"{device.uid}::{n}",
+            attributes={
+                **device.attributes,
+                "shared": {"bool": True},
+                "replicas": {"int": decision.replicas},
+                "replica": {"int": n},
+            },
+        )
+        for n in range(decision.replicas)
+    ]
+
+
+def build_devices(gpus: Sequence[GpuDevice], sharing: Sharing | None = None) -> list[DraDevice]:
+    """Every device of these GPUs, healthy or not, sorted by name; time-sliced ones as replicas."""
+    chosen = sharing or Sharing()
     devices: list[DraDevice] = []
     for gpu in gpus:
-        devices.extend(amd_devices(gpu) if gpu.vendor == Vendor.AMD else nvidia_devices(gpu))
+        for device in amd_devices(gpu) if gpu.vendor == Vendor.AMD else nvidia_devices(gpu):
+            devices.extend(time_sliced(device, gpu, chosen))
     return sorted(devices, key=lambda d: d.name)
