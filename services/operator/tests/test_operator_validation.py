@@ -112,6 +112,22 @@ SHARING_CASES = [
 ]
 
 
+def test_mps_is_refused_on_nodes_whose_gpus_all_have_mig_enabled_and_with_a_mig_strategy() -> None:
+    mps = {"vendor": "nvidia", **_sharing({"mps": {"replicas": 4}})}
+    whole = NodeInfo("h100", {NVIDIA_PRESENT: "true", "gpuop.dev/gpu.partition.compute": "none"})
+    some_mig = NodeInfo("h100-some-mig", {NVIDIA_PRESENT: "true", "gpuop.dev/gpu.partition.compute": "mixed"})
+    all_mig = NodeInfo("h100-mig", {NVIDIA_PRESENT: "true", "gpuop.dev/gpu.partition.compute": "mig"})
+    assert validate(dc(mps), [whole, some_mig]).ok
+    refused = validate(dc(mps), [whole, all_mig])
+    assert [p.reason for p in refused.problems] == [INVALID_FOR_VENDOR]
+    assert refused.summary()[1].startswith("spec.devicePlugin.sharing.mps: node h100-mig has MIG enabled")
+    # Nothing to check when the plugin does not run here.
+    assert validate(dc({**mps, "devicePlugin": {**mps["devicePlugin"], "enable": False}}), [all_mig]).ok
+    mixed = validate(dc({**mps, "devicePlugin": {**mps["devicePlugin"], "migStrategy": "mixed"}}), [whole])
+    assert [p.reason for p in mixed.problems] == [INVALID_SPEC]
+    assert "spec.devicePlugin.sharing.mps: cannot be combined with migStrategy mixed" in mixed.summary()[1]
+
+
 def test_sharing_configs_are_accepted_and_reach_the_labeller() -> None:
     per_model = {"replicas": 4, "models": [{"models": ["H100"], "replicas": 2}], "renameByDefault": True}
     for sharing in ({"timeSlicing": per_model}, {"mps": {"replicas": 4, "memoryLimitMiB": 8192}}):

@@ -41,6 +41,9 @@ PAUSED_PREFIX = "paused-for-"
 OWNER_ANNOTATION = "gpuop.dev/deviceconfig"  # "<namespace>/<name>" of the DeviceConfig owning the node
 STAGE_ANNOTATION = "gpuop.dev/stage"  # lifecycle stage, architecture.md section 5
 FINALIZER = "gpuop.dev/node-cleanup"
+# The node labeller's compute-partition mode of the node's GPUs: `mig` when every NVIDIA GPU has MIG
+# enabled (`mixed` when only some have).
+PARTITION_COMPUTE_LABEL = "gpuop.dev/gpu.partition.compute"
 AMD_PRESENT = "feature.node.kubernetes.io/pci-1002.present"
 NVIDIA_PRESENT = "feature.node.kubernetes.io/pci-10de.present"
 

@@ -14,7 +14,12 @@ from typing import Any
 from gpuop_common.config import OPERAND_SECTIONS, DeviceConfigSpec, LabelSelector
 from pydantic import ValidationError
 
-from gpuop_operator.model import OPERATOR_SECTIONS, SUPPORTED_SERVICES, NodeInfo
+from gpuop_operator.model import (
+    OPERATOR_SECTIONS,
+    PARTITION_COMPUTE_LABEL,
+    SUPPORTED_SERVICES,
+    NodeInfo,
+)
 from gpuop_operator.selector import matches
 
 INVALID_SPEC = "InvalidSpec"
@@ -172,6 +177,25 @@ def vendor_problems(
     return problems
 
 
+def mps_problems(spec: DeviceConfigSpec, nodes: Sequence[NodeInfo]) -> list[Problem]:
+    """`devicePlugin.sharing.mps` on nodes whose every GPU has MIG enabled (the labeller's partition
+    label): MPS shares whole GPUs only, so such a node would advertise no replica at all. A node
+    with some whole GPUs is accepted (the plugin shares those and logs why the others are not);
+    a node the labeller has not described yet is checked once it has."""
+    if spec.device_plugin.sharing.mps is None or not spec.device_plugin.enable:
+        return []
+    return [
+        Problem(
+            INVALID_FOR_VENDOR,
+            f"spec.devicePlugin.sharing.mps: node {node.name} has MIG enabled on every GPU "
+            f"({PARTITION_COMPUTE_LABEL}=mig); MPS shares whole GPUs only (time-slice MIG devices with "
+            "sharing.timeSlicing, or disable MIG with a configManager profile)",
+        )
+        for node in nodes
+        if "nvidia" in node.vendors() and node.labels.get(PARTITION_COMPUTE_LABEL) == "mig"
+    ]
+
+
 def conflict_problems(
     me: DeviceConfigRef, mine: Sequence[NodeInfo], others: Mapping[DeviceConfigRef, LabelSelector]
 ) -> list[Problem]:
@@ -205,6 +229,7 @@ def validate(
     mine = selected_nodes(spec.selector, nodes)
     problems += unsupported_sections(spec)
     problems += vendor_problems(dict(raw or {}), spec, mine)
+    problems += mps_problems(spec, mine)
     problems += conflict_problems(DeviceConfigRef.of(obj), mine, others or {})
     return Validation(spec, tuple(problems))
 

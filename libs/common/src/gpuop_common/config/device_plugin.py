@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gpuop_common.config.base import AbsolutePath, ConfigModel, ImageSettings, PciAddress
 from gpuop_common.config.sharing import Mps, Sharing, TimeSlicedResource, TimeSlicing
@@ -79,3 +79,14 @@ class DevicePluginConfig(ImageSettings):
     resource_filter: ResourceFilter = Field(
         default_factory=ResourceFilter, description="Restrict which GPUs are advertised."
     )
+
+    @model_validator(mode="after")
+    def _mps_needs_whole_gpus(self) -> DevicePluginConfig:
+        # A MIG strategy advertises MIG devices, which MPS never shares: the config would promise
+        # replicas the plugin cannot give (NVIDIA's plugin refuses MPS with mixed for the same reason).
+        if self.sharing.mps is not None and self.mig_strategy != "none":
+            raise ValueError(
+                f"sharing.mps: cannot be combined with migStrategy {self.mig_strategy}; MPS shares "
+                "whole GPUs only (time-slice MIG devices with sharing.timeSlicing instead)"
+            )
+        return self
