@@ -487,7 +487,11 @@ def host_command_values(out: Path) -> Path:
     """A values file sending every host command (driver Jobs' playbooks, the config manager's
     driver reload) to the simulator's fakes under each node's root, instead of `chroot /host`."""
     host_exec = f"{sys.executable} -m gpuop_sim.hostfakes --root {{host_root}}"
-    values = {"operator": {"driverJobs": {"hostExec": host_exec}}, "config-manager": {"hostExec": host_exec}}
+    values = {
+        "operator": {"driverJobs": {"hostExec": host_exec}},
+        "config-manager": {"hostExec": host_exec},
+        "device-plugin": {"mpsControlDaemon": {"hostExec": host_exec}},
+    }
     out.write_text(yaml.safe_dump(values, sort_keys=False))
     return out
 
