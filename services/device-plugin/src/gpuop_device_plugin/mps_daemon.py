@@ -26,7 +26,7 @@ from gpuop_common.gpu import GpuBackend, GpuBackendError, open_backends
 from gpuop_common.gpu.changes import enumerate_all
 from gpuop_common.gpu.hostcmd import host_exec_argv
 from gpuop_common.gpu.sharing import mps_problems
-from gpuop_common.settings import AgentSettings
+from gpuop_common.settings import ConfigFileAgentSettings
 from gpuop_common.shutdown import ServiceContext, run_service
 from pydantic import Field
 
@@ -46,11 +46,7 @@ SERVICE = "mps-control-daemon"
 COMMAND_TIMEOUT_S = 30.0
 
 
-class MpsDaemonSettings(AgentSettings):
-    config_file: Path = Field(
-        Path("/etc/gpuop/config.yaml"), description="The devicePlugin ConfigMap file, hot-reloaded."
-    )
-    config_poll_interval: float = Field(5.0, gt=0, description="Seconds between checks of --config-file.")
+class MpsDaemonSettings(ConfigFileAgentSettings):
     host_exec: str = Field(
         "chroot /host",
         min_length=1,
