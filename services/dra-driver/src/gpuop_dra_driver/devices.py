@@ -1,9 +1,7 @@
 """The DRA devices of a node: one per whole GPU, AMD compute partition or NVIDIA MIG device (pure).
 
-Device names are DNS labels (ResourceSlice rule) built from the GPU's PCI address, so they name the
-same hardware across restarts and when another GPU vanishes (indices shift then):
-`gpu-<dddd>-<bb>-<dd>-<f>`, `...-part-<n>` (AMD partition n), `...-mig-<gi>-<ci>` (NVIDIA MIG device
-by GPU/compute instance). A partitioned GPU publishes its partitions only: the
+Device names come from gpuop_common.gpu.dranames (the metrics exporter reads them back): stable
+across restarts, built from the GPU's PCI address. A partitioned GPU publishes its partitions only: the
 whole GPU is not allocatable while partitioned. Which of them are healthy is `health`'s business.
 """
 
@@ -16,7 +14,9 @@ from dataclasses import dataclass, field
 
 from gpuop_common.config.sharing import Sharing
 from gpuop_common.gpu import GpuDevice, Vendor
+from gpuop_common.gpu.dranames import gpu_name, mig_name, partition_name
 from gpuop_common.gpu.sharing import replicas_for
+from gpuop_common.kubelet.assignments import dra_replica_name
 
 TYPE_GPU = "gpu"
 TYPE_PARTITION = "partition"
@@ -53,11 +53,6 @@ class DraDevice:
         if self.capacity:
             entry["capacity"] = {k: {"value": v} for k, v in sorted(self.capacity.items())}
         return entry
-
-
-def gpu_name(gpu: GpuDevice) -> str:
-    """`gpu-0000-43-00-0` for PCI address 0000:43:00.0."""
-    return "gpu-" + re.sub(r"[^0-9a-z]", "-", gpu.pci_address.lower())
 
 
 def _string(value: str | None) -> Attribute | None:
@@ -147,7 +142,7 @@ def amd_devices(gpu: GpuDevice) -> list[DraDevice]:
         }
         devices.append(
             DraDevice(
-                name=f"{gpu_name(gpu)}-part-{part.index}",
+                name=partition_name(gpu, part.index),
                 vendor=Vendor.AMD,
                 type=TYPE_PARTITION,
                 uid=part.id,
@@ -183,11 +178,6 @@ def nvidia_devices(gpu: GpuDevice) -> list[DraDevice]:
         ]
     devices = []
     for mig in gpu.mig_devices:
-        suffix = (
-            f"{mig.gpu_instance_id}-{mig.compute_instance_id}"
-            if mig.gpu_instance_id is not None and mig.compute_instance_id is not None
-            else str(mig.index)
-        )
         attributes: dict[str, Attribute] = {
             **base,
             "type": {"string": TYPE_PARTITION},
@@ -198,7 +188,7 @@ def nvidia_devices(gpu: GpuDevice) -> list[DraDevice]:
         }
         devices.append(
             DraDevice(
-                name=f"{gpu_name(gpu)}-mig-{suffix}",
+                name=mig_name(gpu, mig),
                 vendor=Vendor.NVIDIA,
                 type=TYPE_PARTITION,
                 uid=mig.uuid,
@@ -231,7 +221,7 @@ def time_sliced(device: DraDevice, gpu: GpuDevice, sharing: Sharing) -> list[Dra
     return [
         dataclasses.replace(
             device,
-            name=f"{device.name}-ts-{n}",
+            name=dra_replica_name(device.name, n),
             uid=f"{device.uid}::{n}",
             attributes={
                 **device.attributes,
