@@ -337,3 +337,29 @@ def test_amd_nodes_get_the_neutral_sharing_labels(node_gpus: NodeGpus) -> None:
     # MPS is NVIDIA-only: an AMD node it is configured for stays unshared.
     mps = labels_for(gpus, LabelOptions(sharing=Sharing.model_validate({"mps": {"replicas": 2}})))
     assert mps["gpuop.dev/gpu.replicas"] == "1" and mps["gpuop.dev/gpu.sharing-strategy"] == "none"
+
+
+def test_time_sliced_mig_resources_get_gfds_replica_labels(node_gpus: NodeGpus) -> None:
+    _, gpus = node_gpus("nvidia-h100x8-mig")
+    one_profile = {"timeSlicing": {"resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 7}]}}
+    mixed = LabelOptions(
+        mig_strategy="mixed", label_sets=("nvidia",), sharing=Sharing.model_validate(one_profile)
+    )
+    labels = labels_for(gpus, mixed)
+    assert labels["nvidia.com/mig-1g.10gb.replicas"] == "7"
+    assert labels["nvidia.com/mig-1g.10gb.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/mig-1g.10gb.product"].endswith("-MIG-1g.10gb-SHARED")
+    # Other profiles and the whole GPUs are not in the resources list: unshared.
+    assert labels["nvidia.com/mig-3g.40gb.replicas"] == "1"
+    assert labels["nvidia.com/mig-3g.40gb.sharing-strategy"] == "none"
+    assert not labels["nvidia.com/mig-3g.40gb.product"].endswith("-SHARED")
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+
+    uniform = [g for g in gpus if g.mig_devices and {m.profile for m in g.mig_devices} == {"1g.10gb"}]
+    everything = Sharing.model_validate({"timeSlicing": {"replicas": 3, "renameByDefault": True}})
+    single = labels_for(
+        uniform, LabelOptions(mig_strategy="single", label_sets=("nvidia",), sharing=everything)
+    )
+    assert single["nvidia.com/gpu.replicas"] == "3"
+    assert single["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert not single["nvidia.com/gpu.product"].endswith("-SHARED")  # renamed to nvidia.com/gpu.shared
