@@ -1,5 +1,6 @@
-"""Device plugin: Allocate latency vs a do-nothing grpcio plugin, launch-to-Register, health-change-to-
-update latency and RSS under 10,000 Allocates, all through the kubelet emulator over unix sockets.
+"""Device plugin: Allocate latency vs a do-nothing grpcio plugin and with time-slicing on, launch-to-
+Register, health-change-to-update latency and RSS under 10,000 Allocates, all through the kubelet
+emulator over unix sockets.
 
 Both plugins run as their own processes, as on a node (the plugin's health poll shares a GIL with
 its gRPC handlers, not with the kubelet). The null plugin is the floor any Python gRPC plugin pays;
@@ -31,6 +32,7 @@ ALLOCATES = 2000
 RSS_ALLOCATES = 10_000
 FLIPS = 20
 RESOURCE = "amd.com/gpu"
+REPLICAS = 4  # time-sliced rows: `sharing.timeSlicing.replicas`
 NULL_RESOURCE = "example.com/null"
 NO_CONTEXT: Any = None  # the handlers only touch the context to abort, which a valid request never does
 
@@ -94,9 +96,9 @@ def _process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
         proc.wait(20)
 
 
-def _plugin_args(root: Path, kubelet: KubeletEmulator, work: Path) -> list[str]:
+def _plugin_args(root: Path, kubelet: KubeletEmulator, config: Path) -> list[str]:
     return [sys.executable, "-m", "gpuop_device_plugin.main", f"--host-root={root}",
-            f"--socket-dir={kubelet.socket_dir}", f"--config-file={work / 'none.yaml'}",
+            f"--socket-dir={kubelet.socket_dir}", f"--config-file={config}",
             "--bind-address=127.0.0.1", "--probe-port=0", "--no-udev", "--log-level=warning"]  # fmt: skip
 
 
@@ -122,21 +124,33 @@ def _health_flips(kubelet: KubeletEmulator, root: Path) -> list[float]:
 
 
 def _service_rows(root: Path, work: Path) -> list[dict[str, Any]]:
-    with KubeletEmulator(work / "k1") as kubelet:
+    # The same plugin with time-slicing on, on a kubelet of its own (one amd.com/gpu per kubelet).
+    shared_config = work / "shared.yaml"
+    shared_config.write_text(f"sharing:\n  timeSlicing:\n    replicas: {REPLICAS}\n")
+    with KubeletEmulator(work / "k1") as kubelet, KubeletEmulator(work / "k3") as shared_kubelet:
         null_args = [sys.executable, "-c", NULL_PLUGIN, str(kubelet.socket_dir), NULL_RESOURCE]
-        with _process(_plugin_args(root, kubelet, work)) as ours_proc, _process(null_args):
+        with (
+            _process(_plugin_args(root, kubelet, work / "none.yaml")) as ours_proc,
+            _process(null_args),
+            _process(_plugin_args(root, shared_kubelet, shared_config)),
+        ):
             kubelet.wait_for(
                 lambda: kubelet.allocatable().get(RESOURCE) == 8 and NULL_RESOURCE in kubelet.allocatable(),
                 30,
             )
+            shared_kubelet.wait_for(lambda: shared_kubelet.allocatable().get(RESOURCE) == 8 * REPLICAS, 30)
             device = sorted(kubelet.resources()[RESOURCE])[0]
-            _time_allocates(kubelet, RESOURCE, device, 100)  # warm up both paths
+            replica = sorted(shared_kubelet.resources()[RESOURCE])[0]  # `<id>::0`
+            _time_allocates(kubelet, RESOURCE, device, 100)  # warm up every path
             _time_allocates(kubelet, NULL_RESOURCE, "null-0", 100)
+            _time_allocates(shared_kubelet, RESOURCE, replica, 100)
             ours: list[float] = []
             base: list[float] = []
-            for _ in range(ALLOCATES // 100):  # interleave so both see the same machine load
+            shared: list[float] = []
+            for _ in range(ALLOCATES // 100):  # interleave so all see the same machine load
                 ours += _time_allocates(kubelet, RESOURCE, device, 100)
                 base += _time_allocates(kubelet, NULL_RESOURCE, "null-0", 100)
+                shared += _time_allocates(shared_kubelet, RESOURCE, replica, 100)
             flips = _health_flips(kubelet, root)
             done = 100 + len(ours)
             after_first = _rss_kib(ours_proc.pid)
@@ -144,6 +158,7 @@ def _service_rows(root: Path, work: Path) -> list[dict[str, Any]]:
             after_10k = _rss_kib(ours_proc.pid)
     p50, p99 = statistics.median(ours), _percentile(ours, 0.99)
     b50, b99 = statistics.median(base), _percentile(base, 0.99)
+    s50, s99 = statistics.median(shared), _percentile(shared, 0.99)
     return [
         {"name": "Allocate p50 (ours)", "value": p50, "unit": "ms",
          "notes": f"{ALLOCATES} calls, MI210 x8, 1 GPU"},
@@ -153,6 +168,11 @@ def _service_rows(root: Path, work: Path) -> list[dict[str, Any]]:
         {"name": "Allocate p99 (null grpcio plugin)", "value": b99, "unit": "ms"},
         {"name": "Allocate p50 ours / null", "value": p50 / b50, "unit": "x", "target": "<= 1.2x"},
         {"name": "Allocate p99 ours / null", "value": p99 / b99, "unit": "x", "target": "<= 1.2x"},
+        {"name": f"Allocate p50 (ours, time-sliced x{REPLICAS})", "value": s50, "unit": "ms",
+         "notes": "one replica `<id>::0`; same run, interleaved, own kubelet"},
+        {"name": f"Allocate p99 (ours, time-sliced x{REPLICAS})", "value": s99, "unit": "ms"},
+        {"name": "Allocate p50 shared / unshared", "value": s50 / p50, "unit": "x", "target": "~1 (noise)"},
+        {"name": "Allocate p99 shared / unshared", "value": s99 / p99, "unit": "x", "target": "~1 (noise)"},
         {"name": "health change -> ListAndWatch p50", "value": statistics.median(flips), "unit": "s",
          "notes": f"{len(flips)} flips (vanish/restore one GPU), default 0.5 s poll"},
         {"name": "health change -> ListAndWatch p99", "value": _percentile(flips, 0.99), "unit": "s",
@@ -171,7 +191,7 @@ def _launch_rows(root: Path, work: Path) -> list[dict[str, Any]]:
     with KubeletEmulator(work / "k2") as kubelet:
         for _ in range(3):
             start = time.perf_counter()
-            with _process(_plugin_args(root, kubelet, work)):
+            with _process(_plugin_args(root, kubelet, work / "none.yaml")):
                 kubelet.wait_for(lambda: kubelet.allocatable().get(RESOURCE) == 8, 30)
                 launches.append(time.perf_counter() - start)
             kubelet.wait_for(lambda: kubelet.allocatable().get(RESOURCE, 0) == 0, 10)

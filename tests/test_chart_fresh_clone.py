@@ -267,6 +267,7 @@ def test_operator_benchmark_installs_the_operands_from_a_fresh_clone(clone: Path
     assert sorted(d["metadata"]["name"] for d in daemonsets) == [
         "gpuop-config-manager",
         "gpuop-device-plugin",
+        "gpuop-device-plugin-mps",  # the MPS control daemon: on by default, on MPS nodes only
         "gpuop-dra-driver",  # the simulated server serves resource.k8s.io/v1
         "gpuop-metrics-exporter",
         "gpuop-node-labeller",

@@ -35,4 +35,9 @@ def test_an_agent_builds_only_its_own_section() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     loaded = done.stdout.strip()
-    assert loaded == "['gpuop_common.config.base', 'gpuop_common.config.device_plugin']", loaded
+    expected = [
+        "gpuop_common.config.base",
+        "gpuop_common.config.device_plugin",
+        "gpuop_common.config.sharing",
+    ]
+    assert loaded == str(expected), loaded

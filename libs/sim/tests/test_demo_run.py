@@ -524,7 +524,7 @@ def test_dra_values_swap_the_device_plugin_for_the_dra_driver(tmp_path: Path) ->
     import yaml
     from gpuop_sim import helm
     from gpuop_sim.binaries import repo_root
-    from gpuop_sim.demo import device_config_values
+    from gpuop_sim.demo import DEMO_SHARING, device_config_values
 
     chart = repo_root() / "charts" / "gpu-operator"
     out = device_config_values(chart, tmp_path / "v.yaml", driver=False, partitions=False, dra=True)
@@ -533,9 +533,39 @@ def test_dra_values_swap_the_device_plugin_for_the_dra_driver(tmp_path: Path) ->
     assert [c["name"] for c in written["deviceConfigs"]] == [c["name"] for c in defaults]
     for config in written["deviceConfigs"]:
         assert config["spec"]["devicePlugin"] == {"enable": False}
-        assert config["spec"]["draDriver"] == {"enable": True}
+        amd = config["spec"]["vendor"] == "amd"  # the demo's sharing goes with the DRA driver
+        assert config["spec"]["draDriver"] == (
+            {"enable": True, "sharing": DEMO_SHARING} if amd else {"enable": True}
+        )
         assert "driver" not in config["spec"]  # --no-driver not given
     both = device_config_values(chart, tmp_path / "b.yaml", driver=True, partitions=True, dra=True)
     helm.dependency_build(chart)
     docs = helm.template(chart, values_files=[both])
     assert any(d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpuop-dra-driver" for d in docs)
+
+
+def test_the_demo_time_slices_the_mi210_node_and_says_what_its_allocatable_becomes(tmp_path: Path) -> None:
+    import yaml
+    from gpuop_common.config import DeviceConfigSpec
+    from gpuop_sim.binaries import repo_root
+    from gpuop_sim.demo import DEMO_SHARING, device_config_values, sharing_notes
+
+    chart = repo_root() / "charts" / "gpu-operator"
+    out = device_config_values(chart, tmp_path / "v.yaml", driver=False, partitions=False)
+    specs = {
+        c["name"]: DeviceConfigSpec.model_validate(c["spec"])
+        for c in yaml.safe_load(out.read_text())["deviceConfigs"]
+    }
+    assert (
+        specs["amd"].device_plugin.sharing.to_wire()
+        == DeviceConfigSpec.model_validate(
+            {"devicePlugin": {"sharing": DEMO_SHARING}}
+        ).device_plugin.sharing.to_wire()
+    )
+    assert specs["nvidia"].device_plugin.sharing.time_slicing.enabled is False
+    nodes = [
+        SimNode("amd-0", "amd-mi300x-cpx", "amd", 8, Path("/r0"), "127.10.0.1"),
+        SimNode("amd-1", "amd-mi210x8", "amd", 8, Path("/r1"), "127.10.0.2"),
+    ]
+    (note,) = sharing_notes(nodes, dra=False)
+    assert "amd-1 (8x MI210) is time-sliced 4 ways: amd.com/gpu 8 without sharing -> 32" in note

@@ -36,7 +36,9 @@ def run_plugin(
     def start(info: NodeRootInfo, config: DevicePluginConfig | None = None, **kwargs: object) -> PluginHandle:
         for key, value in info.env.items():
             monkeypatch.setenv(key, value)
-        manager = ResourceManager(open_backends(info.root), config or DevicePluginConfig())
+        manager = ResourceManager(
+            open_backends(info.root), config or DevicePluginConfig(), host_root=info.root
+        )
         service = DevicePluginService(
             manager,
             kubelet_emulator.socket_dir,

@@ -28,8 +28,11 @@ def test_lints_strict() -> None:
 def test_standalone_render_validates_and_selects_gpu_nodes(kube_version: str) -> None:
     docs = helm.template(CHART, release="gpuop", kube_version=kube_version)
     assert helm.validate_manifests(docs, kube_version) == []
-    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "DaemonSet", "ServiceAccount"]  # no RBAC needed
+    # The plugin and the MPS control daemon (on by default, on nvidia.com/mps.capable nodes only).
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ConfigMap", "DaemonSet", "DaemonSet", "ServiceAccount"]  # no RBAC needed
     pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["name"] == "device-plugin"
     assert helm.presence_label_keys(pod) == [
         "feature.node.kubernetes.io/pci-1002.present",
         "feature.node.kubernetes.io/pci-10de.present",
@@ -102,3 +105,33 @@ def test_schema_rejects_bad_values(bad: str) -> None:
 def test_config_schema_is_the_generated_one() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["properties"]["config"] == structural_schema(DevicePluginConfig, forbid_unknown=True)
+
+
+def test_the_mps_control_daemon_is_its_own_daemonset_on_mps_nodes_only() -> None:
+    assert not any(
+        d["metadata"]["name"].endswith("-mps")
+        for d in helm.template(CHART, release="gpuop", values=["mpsControlDaemon.enabled=false"])
+    )
+    docs = helm.template(CHART, release="gpuop", values=["operatorManaged=true"])
+    assert helm.validate_manifests(docs, "1.35.0") == []
+    sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DaemonSet"}
+    mps = sets["gpuop-device-plugin-mps"]
+    plugin = sets["gpuop-device-plugin"]
+    pod = mps["spec"]["template"]["spec"]
+    # Under the operator: the plugin's deploy label and the labeller's MPS label, both.
+    assert pod["nodeSelector"] == {"gpuop.dev/deploy.device-plugin": "true", "nvidia.com/mps.capable": "true"}
+    assert pod["containers"][0]["command"] == ["gpuop-mps-control-daemon"]
+    args = pod["containers"][0]["args"]
+    assert "--host-exec=chroot /host" in args
+    # Its own probe port (docs/charts.md), not the labeller's 8082 on the same node.
+    assert "--probe-port=8086" in args
+    assert pod["containers"][0]["livenessProbe"]["httpGet"]["port"] == 8086
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["mps-root"] == "/host/run/gpuop/mps"
+    # Neither DaemonSet's selector matches the other's pods.
+    plugin_sel = plugin["spec"]["selector"]["matchLabels"].items()
+    assert not plugin_sel <= mps["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        not mps["spec"]["selector"]["matchLabels"].items()
+        <= plugin["spec"]["template"]["metadata"]["labels"].items()
+    )

@@ -31,7 +31,7 @@ def test_standalone_render_validates_and_selects_gpu_nodes() -> None:
     docs = helm.template(CHART, release="gpuop", kube_version="1.35.0")
     assert helm.validate_manifests(docs, "1.35.0") == []
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "DaemonSet"] + ["DeviceClass"] * 7 + [
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet"] + ["DeviceClass"] * 7 + [
         "ServiceAccount"
     ]
     pod = helm.first_of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
@@ -52,6 +52,14 @@ def test_standalone_render_validates_and_selects_gpu_nodes() -> None:
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["host-root"]["readOnly"] is True
     assert mounts["plugins-registry"]["mountPath"] == "/var/lib/kubelet/plugins_registry"
+    # The draDriver section (sharing) from the ConfigMap the operator projects into, hot-reloaded.
+    assert (
+        mounts["config"]["mountPath"] == "/etc/gpuop"
+        and "--config-file=/etc/gpuop/config.yaml" in container["args"]
+    )
+    config_map = helm.first_of_kind(docs, "ConfigMap")
+    assert config_map["metadata"]["name"] == "gpuop-dra-driver-config"
+    assert {v["name"]: v for v in pod["volumes"]}["config"]["configMap"]["name"] == "gpuop-dra-driver-config"
     sc = container["securityContext"]
     assert (
         sc["privileged"] is False and sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"]

@@ -104,3 +104,99 @@ def test_bad_directories_end_the_process_with_a_clear_error(
         assert done.returncode == 1, done.stderr[-2000:]
         assert message in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def _reserve(api: KubeJson, claim: dict[str, Any], device: str, pods: list[str]) -> dict[str, Any]:
+    """The scheduler's work for a shared claim: allocated once, reserved for each of its pods."""
+    result = {"request": "gpu", "driver": DRIVER_NAME, "pool": NODE, "device": device}
+    reserved = [{"resource": "pods", "name": f"pod-{uid}", "uid": uid} for uid in pods]
+    status = {"allocation": {"devices": {"results": [result]}}, "reservedFor": reserved}
+    return api.replace_status(RESOURCECLAIMS, claim, status)
+
+
+def test_time_slicing_from_the_config_file_and_one_claim_shared_by_two_pods(
+    gpu_node_root: MakeRoot,
+    kubelet_emulator: KubeletEmulator,
+    kube_api_client: Any,
+    sim_kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    info = gpu_node_root("amd-single")
+    api = KubeJson(kube_api_client)
+    api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    plugins = kubelet_emulator.root / "var/lib/kubelet/plugins"
+    plugins.mkdir(parents=True, exist_ok=True)
+    kubelet_emulator.plugins_registry.mkdir(parents=True, exist_ok=True)
+    config = tmp_path / "config.yaml"  # the chart's ConfigMap: the draDriver section of the spec
+    config.write_text("sharing:\n  timeSlicing:\n    replicas: 2\n")
+    args = [
+        sys.executable,
+        "-m",
+        "gpuop_dra_driver.main",
+        f"--host-root={info.root}",
+        f"--node-name={NODE}",
+        f"--kubeconfig={sim_kubeconfig}",
+        f"--plugins-dir={plugins}",
+        f"--registry-dir={kubelet_emulator.plugins_registry}",
+        f"--cdi-spec-dir={info.root / 'var/run/cdi'}",
+        f"--config-file={config}",
+        "--config-poll-interval=0.2",
+        "--probe-port=0",
+        "--interval=0.2",
+    ]
+    proc = subprocess.Popen(args, env={**os.environ, **info.env}, stderr=subprocess.PIPE, text=True)
+    try:
+        kubelet_emulator.wait_for(lambda: DRIVER_NAME in kubelet_emulator.dra_drivers(), timeout=60)
+
+        def published() -> dict[str, dict[str, Any]]:
+            slices = api.list(RESOURCESLICES, fieldSelector=f"spec.nodeName={NODE}")[0]
+            return {d["name"]: d["attributes"] for s in slices for d in s["spec"]["devices"]}
+
+        wait_until(lambda: len(published()) == 2, timeout=60)
+        devices = published()
+        assert all(a["shared"] == {"bool": True} and a["replicas"] == {"int": 2} for a in devices.values())
+        assert all("-ts-" in name for name in devices)
+        # A config change (the operator rewrote the ConfigMap) is published without a restart.
+        config.write_text("sharing:\n  timeSlicing:\n    replicas: 3\n")
+        wait_until(lambda: len(published()) == 3, timeout=60)
+        config.write_text("{}\n")
+        wait_until(lambda: len(published()) == 1, timeout=60)
+        ((device, attributes),) = published().items()
+        assert "-ts-" not in device and attributes["shared"] == {"bool": False}
+
+        # One claim used by two pods: prepared once, unprepared when the last pod is gone.
+        claim = api.create(
+            RESOURCECLAIMS,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "shared"},
+                "spec": {
+                    "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME}}]}
+                },
+            },
+            "default",
+        )
+        claim = _reserve(api, claim, device, ["uid-a", "uid-b"])
+        assert [c["uid"] for c in claim["status"]["reservedFor"]] == ["uid-a", "uid-b"]
+        ref = DraClaim("default", claim["metadata"]["uid"], "shared")
+        reserved = {ref.uid: [c["uid"] for c in claim["status"]["reservedFor"]]}
+        spec = info.root / f"var/run/cdi/gpuop-dra-{ref.uid}.json"
+        first = kubelet_emulator.prepare_pod(DRIVER_NAME, "uid-a", [ref], reserved)[ref.uid]
+        assert first.error == "" and [d.device_name for d in first.devices] == [device]
+        written = spec.stat().st_mtime_ns
+        second = kubelet_emulator.prepare_pod(DRIVER_NAME, "uid-b", [ref], reserved)[ref.uid]
+        assert second == first  # the same CDI device for both pods
+        assert spec.stat().st_mtime_ns == written
+        refused = kubelet_emulator.prepare_pod(DRIVER_NAME, "uid-c", [ref], reserved)[ref.uid]
+        assert refused.error == "pod uid-c is not allowed to use resource claim default/shared"
+        assert kubelet_emulator.dra_claim_users(ref.uid) == {"uid-a", "uid-b"}
+
+        assert kubelet_emulator.unprepare_pod(DRIVER_NAME, "uid-a", [ref]) == {}
+        assert spec.is_file() and ref.uid in kubelet_emulator.dra_prepared_claims()
+        assert kubelet_emulator.unprepare_pod(DRIVER_NAME, "uid-b", [ref]) == {ref.uid: ""}
+        assert not spec.exists() and ref.uid not in kubelet_emulator.dra_prepared_claims()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr[-3000:]

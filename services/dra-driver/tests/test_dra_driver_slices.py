@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuop_common.gpu import AmdSysfsBackend, Vendor
+from gpuop_common.config import Sharing
+from gpuop_common.gpu import AmdSysfsBackend, Vendor, open_backends
 from gpuop_common.kubejson import RESOURCESLICES, KubeJson
 from gpuop_dra_driver import DRIVER_NAME
-from gpuop_dra_driver.devices import DraDevice
+from gpuop_dra_driver.devices import DraDevice, build_devices
 from gpuop_dra_driver.publisher import SlicePublisher
 from gpuop_dra_driver.slices import MAX_DEVICES_PER_SLICE
 from gpuop_sim.nodes import NodeRootInfo, amd_driver
@@ -181,3 +182,18 @@ def test_publisher_splits_big_pools_touches_only_its_own_slices_and_writes_only_
     publisher.withdraw()
     assert own(kube) == []
     assert len(own(kube, "gpu-node-2")) == 1
+
+
+def test_devices_say_whether_they_are_shared_and_time_sliced_ones_come_as_replicas(
+    gpu_node_root: Callable[..., Any],
+) -> None:
+    info = gpu_node_root("amd-mi210x8")
+    gpus = [g for b in open_backends(info.root) for g in b.enumerate()]
+    plain = build_devices(gpus)
+    assert len(plain) == 8 and all(d.attributes["shared"] == {"bool": False} for d in plain)
+    shared = build_devices(gpus, Sharing.model_validate({"timeSlicing": {"replicas": 4}}))
+    assert len(shared) == 32 and len({d.name for d in shared}) == 32
+    assert all(
+        d.attributes["shared"] == {"bool": True} and d.attributes["replicas"] == {"int": 4} for d in shared
+    )
+    assert len({d.gpu_id for d in shared}) == 8

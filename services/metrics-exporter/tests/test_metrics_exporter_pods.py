@@ -6,8 +6,12 @@ import logging
 import socket
 from pathlib import Path
 
+from gpuop_common.gpu import open_backends
+from gpuop_common.gpu.changes import enumerate_all
+from gpuop_common.gpu.dranames import gpu_name, mig_name
 from gpuop_common.kubelet import podresources as pr
-from gpuop_common.kubelet.assignments import PodRef, assignments_from
+from gpuop_common.kubelet.assignments import PodRef, assignments_from, holders_of
+from gpuop_metrics_exporter.entities import entities_for
 from gpuop_sim.kubelet import KubeletEmulator
 
 
@@ -131,3 +135,55 @@ def test_assignments_keep_only_gpu_resources_and_dra_claims():
     )
     ref = (PodRef("ns", "p", "c"),)
     assert assignments_from(response) == {"0000:03:00.0": ref, "GPU-1": ref, "gpu-7": ref}
+
+
+def _dra_holders(*holders: tuple[str, str]) -> pr.ListPodResourcesResponse:
+    """Pods (name, DRA device) each holding one device of the gpuop DRA driver."""
+    return pr.ListPodResourcesResponse(
+        pod_resources=[
+            pr.PodResources(
+                name=pod,
+                namespace="team",
+                containers=[
+                    pr.ContainerResources(
+                        name="c",
+                        dynamic_resources=[
+                            pr.DynamicResource(
+                                claim_name=f"claim-{pod}",
+                                claim_namespace="team",
+                                claim_resources=[
+                                    pr.ClaimResource(driver_name="gpu.gpuop.dev", device_name=device)
+                                ],
+                            )
+                        ],
+                    )
+                ],
+            )
+            for pod, device in holders
+        ]
+    )
+
+
+def test_time_sliced_dra_devices_attribute_their_gpu_to_every_holder(gpu_node_root, monkeypatch):
+    info = gpu_node_root("nvidia-h100x8-mig")
+    for key, value in info.env.items():
+        monkeypatch.setenv(key, value)
+    backends = open_backends(info.root)
+    try:
+        gpus = sorted(enumerate_all(backends), key=lambda g: g.index)
+    finally:
+        for backend in backends:
+            backend.close()
+    entities = entities_for(gpus)
+    whole = next(e for e in entities if e.partition_index is None and not e.gpu.mig_devices)
+    mig = next(e for e in entities if e.mig is not None)
+    # What the DRA driver publishes: replicas `<device>-ts-<n>` of a GPU and of a MIG device.
+    gpu_device, mig_device = gpu_name(whole.gpu), mig_name(mig.gpu, mig.mig)
+    response = _dra_holders(
+        ("a", f"{gpu_device}-ts-0"), ("b", f"{gpu_device}-ts-3"), ("m", f"{mig_device}-ts-1")
+    )
+    assignments = assignments_from(response)
+    assert holders_of(whole.device_ids, assignments) == (PodRef("team", "a", "c"), PodRef("team", "b", "c"))
+    assert holders_of(mig.device_ids, assignments) == (PodRef("team", "m", "c"),)
+    parent = next(e for e in entities if e.gpu is mig.gpu and e.mig is None)
+    assert holders_of(parent.device_ids, assignments) == ()  # the MIG device's pod, not its GPU's

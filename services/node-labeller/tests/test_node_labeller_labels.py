@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from gpuop_common.config import Sharing
 from gpuop_common.gpu import GpuDevice
 from gpuop_node_labeller import LabelOptions, labels_for
 from gpuop_sim.nodes import NodeRootInfo
@@ -49,6 +50,8 @@ MI210X8 = amd_expected(
         "gpuop.dev/gpu.partition.compute": "none",
         "gpuop.dev/gpu.partition.memory": "none",
         "gpuop.dev/gpu.partition.count": "0",
+        "gpuop.dev/gpu.replicas": "1",
+        "gpuop.dev/gpu.sharing-strategy": "none",
     },
 )
 
@@ -79,6 +82,8 @@ MI300X_SPX = amd_expected(
         "gpuop.dev/gpu.partition.compute": "spx",
         "gpuop.dev/gpu.partition.memory": "nps1",
         "gpuop.dev/gpu.partition.count": "0",
+        "gpuop.dev/gpu.replicas": "1",
+        "gpuop.dev/gpu.sharing-strategy": "none",
     },
 )
 
@@ -114,6 +119,8 @@ MI300X_CPX = amd_expected(
         "gpuop.dev/gpu.partition.compute": "cpx",
         "gpuop.dev/gpu.partition.memory": "nps4",
         "gpuop.dev/gpu.partition.count": "63",
+        "gpuop.dev/gpu.replicas": "1",
+        "gpuop.dev/gpu.sharing-strategy": "none",
     },
 )
 
@@ -144,6 +151,8 @@ SINGLE_MI25 = amd_expected(
         "gpuop.dev/gpu.partition.compute": "none",
         "gpuop.dev/gpu.partition.memory": "none",
         "gpuop.dev/gpu.partition.count": "0",
+        "gpuop.dev/gpu.replicas": "1",
+        "gpuop.dev/gpu.sharing-strategy": "none",
     },
 )
 
@@ -185,6 +194,8 @@ H100X8 = {
     "nvidia.com/gpu.replicas": "1",
     "gpuop.dev/gpu.partition.compute": "none",
     "gpuop.dev/gpu.partition.count": "0",
+    "gpuop.dev/gpu.replicas": "1",
+    "gpuop.dev/gpu.sharing-strategy": "none",
 }
 
 # MIG on GPUs 0-2 only (7x1g.10gb, 2x3g.40gb, 3g.40gb+2g.20gb+1g.10gb).
@@ -192,6 +203,8 @@ H100_MIG_BASE = {
     **NVIDIA_COMMON,
     "gpuop.dev/gpu.partition.compute": "mixed",
     "gpuop.dev/gpu.partition.count": "12",
+    "gpuop.dev/gpu.replicas": "1",
+    "gpuop.dev/gpu.sharing-strategy": "none",
 }
 
 
@@ -292,3 +305,61 @@ def test_without_beta_and_counter_labels_only_the_plain_amd_labels_remain(node_g
 
 def test_no_gpus_means_present_false_and_nothing_vendor_specific() -> None:
     assert labels_for([]) == {"gpuop.dev/gpu.count": "0", "gpuop.dev/gpu.present": "false"}
+
+
+def test_sharing_labels_as_gfd_writes_them(node_gpus: NodeGpus) -> None:
+    _, gpus = node_gpus("nvidia-h100x8")
+    slicing = Sharing.model_validate({"timeSlicing": {"replicas": 4}})
+    labels = labels_for(gpus, LabelOptions(sharing=slicing))
+    assert labels["nvidia.com/gpu.replicas"] == labels["gpuop.dev/gpu.replicas"] == "4"
+    assert (
+        labels["nvidia.com/gpu.sharing-strategy"]
+        == labels["gpuop.dev/gpu.sharing-strategy"]
+        == "time-slicing"
+    )
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    assert labels["nvidia.com/mps.capable"] == "false"
+    renamed = Sharing.model_validate({"timeSlicing": {"replicas": 4, "renameByDefault": True}})
+    assert (
+        labels_for(gpus, LabelOptions(sharing=renamed))["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    )
+    mps = labels_for(gpus, LabelOptions(sharing=Sharing.model_validate({"mps": {"replicas": 2}})))
+    assert mps["nvidia.com/mps.capable"] == "true" and mps["nvidia.com/gpu.sharing-strategy"] == "mps"
+    assert mps["gpuop.dev/gpu.replicas"] == "2"
+
+
+def test_amd_nodes_get_the_neutral_sharing_labels(node_gpus: NodeGpus) -> None:
+    _, gpus = node_gpus("amd-mi210x8")
+    by_model = Sharing.model_validate({"timeSlicing": {"models": [{"models": ["MI210"], "replicas": 4}]}})
+    labels = labels_for(gpus, LabelOptions(sharing=by_model))
+    assert labels["gpuop.dev/gpu.replicas"] == "4"
+    assert labels["gpuop.dev/gpu.sharing-strategy"] == "time-slicing"
+    # MPS is NVIDIA-only: an AMD node it is configured for stays unshared.
+    mps = labels_for(gpus, LabelOptions(sharing=Sharing.model_validate({"mps": {"replicas": 2}})))
+    assert mps["gpuop.dev/gpu.replicas"] == "1" and mps["gpuop.dev/gpu.sharing-strategy"] == "none"
+
+
+def test_time_sliced_mig_resources_get_gfds_replica_labels(node_gpus: NodeGpus) -> None:
+    _, gpus = node_gpus("nvidia-h100x8-mig")
+    one_profile = {"timeSlicing": {"resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 7}]}}
+    mixed = LabelOptions(
+        mig_strategy="mixed", label_sets=("nvidia",), sharing=Sharing.model_validate(one_profile)
+    )
+    labels = labels_for(gpus, mixed)
+    assert labels["nvidia.com/mig-1g.10gb.replicas"] == "7"
+    assert labels["nvidia.com/mig-1g.10gb.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/mig-1g.10gb.product"].endswith("-MIG-1g.10gb-SHARED")
+    # Other profiles and the whole GPUs are not in the resources list: unshared.
+    assert labels["nvidia.com/mig-3g.40gb.replicas"] == "1"
+    assert labels["nvidia.com/mig-3g.40gb.sharing-strategy"] == "none"
+    assert not labels["nvidia.com/mig-3g.40gb.product"].endswith("-SHARED")
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+
+    uniform = [g for g in gpus if g.mig_devices and {m.profile for m in g.mig_devices} == {"1g.10gb"}]
+    everything = Sharing.model_validate({"timeSlicing": {"replicas": 3, "renameByDefault": True}})
+    single = labels_for(
+        uniform, LabelOptions(mig_strategy="single", label_sets=("nvidia",), sharing=everything)
+    )
+    assert single["nvidia.com/gpu.replicas"] == "3"
+    assert single["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert not single["nvidia.com/gpu.product"].endswith("-SHARED")  # renamed to nvidia.com/gpu.shared

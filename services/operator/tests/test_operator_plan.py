@@ -158,6 +158,25 @@ def test_deletion_tears_every_held_node_down() -> None:
     assert all(labels_of(n) == {} and not n.annotations for n in final)
 
 
+def test_the_mps_daemon_pod_counts_for_teardown_but_not_for_readiness() -> None:
+    # Its DaemonSet (device-plugin chart, pods named device-plugin-mps) sits on the plugin's label.
+    first = plan_rollout(OWNER, DeviceConfigSpec(), [amd("a")], []).steps
+    labelled = apply([amd("a")], first)
+    mps_only = [PodInfo("device-plugin-mps", "a", True), PodInfo("node-labeller", "a", True)]
+    assert plan_rollout(OWNER, DeviceConfigSpec(), labelled, mps_only).steps == []
+    nodes, _ = converge(DeviceConfigSpec(), [amd("a")])
+    (first_down,) = plan_rollout(OWNER, None, nodes, ready_pods(nodes)).steps
+    emptied = apply(nodes, [first_down])
+    # Stage two's labels may go only once the exporter is gone; the stage-one MPS pod then holds the
+    # node until it is gone as well.
+    (stage_two,) = plan_rollout(OWNER, None, emptied, []).steps
+    assert stage_two.labels == {DP: None, NL: None}
+    held = apply(emptied, [stage_two])
+    assert plan_rollout(OWNER, None, held, [PodInfo("device-plugin-mps", "a", False)]).steps == []
+    (done,) = plan_rollout(OWNER, None, held, []).steps
+    assert done.annotations == {OWNER_ANNOTATION: None, STAGE_ANNOTATION: None}
+
+
 def test_nodes_held_by_another_deviceconfig_are_left_alone() -> None:
     other = NodeInfo("a", {AMD_PRESENT: "true", DP: "true"}, {OWNER_ANNOTATION: "ns/other"})
     plan = plan_rollout(OWNER, DeviceConfigSpec(), [other], [])

@@ -60,6 +60,84 @@ def test_the_dra_driver_instead_of_the_device_plugin_is_accepted_but_not_both() 
     assert "the DRA driver and the device plugin cannot both be enabled" in both.summary()[1]
 
 
+def _sharing(sharing: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {**spec, "devicePlugin": {"sharing": sharing}}
+
+
+SHARING = "spec.devicePlugin.sharing"
+SHARING_CASES = [
+    (_sharing({"timeSlicing": {"replicas": 1}}), INVALID_SPEC, f"{SHARING}.timeSlicing.replicas"),
+    (
+        _sharing({"timeSlicing": {"replicas": 2, "resources": [{"name": "example.com/gpu"}]}}),
+        INVALID_SPEC,
+        f"{SHARING}.timeSlicing.resources[0].name: 'example.com/gpu' is not a GPU resource",
+    ),
+    (
+        _sharing({"timeSlicing": {"replicas": 2, "resources": [{"name": "nvidia.com/gpu.shared"}]}}),
+        INVALID_SPEC,
+        f"{SHARING}.timeSlicing.resources[0].name",
+    ),
+    (
+        _sharing({"timeSlicing": {"models": [{"models": ["H100"], "replicas": 1}]}}),
+        INVALID_SPEC,
+        f"{SHARING}.timeSlicing.models[0].replicas",
+    ),
+    (
+        _sharing({"timeSlicing": {"resources": [{"name": "amd.com/gpu"}]}}),
+        INVALID_SPEC,
+        f"{SHARING}.timeSlicing.resources[0].replicas: no replica count",
+    ),
+    (_sharing({"mps": {"replicas": 2}}, vendor="amd"), INVALID_SPEC, f"{SHARING}.mps"),
+    (_sharing({"mps": {"replicas": 49}}), INVALID_SPEC, f"{SHARING}.mps.replicas"),
+    (
+        _sharing({"mps": {"replicas": 2}, "timeSlicing": {"replicas": 2}}),
+        INVALID_SPEC,
+        f"{SHARING}.mps: cannot be combined",
+    ),
+    (
+        _sharing({"timeSlicing": {"resources": [{"name": "amd.com/gpu", "replicas": 2}]}}, vendor="nvidia"),
+        INVALID_SPEC,
+        f"{SHARING}.timeSlicing.resources",
+    ),
+    # vendor auto: MPS is checked against the GPUs the selected nodes have.
+    (_sharing({"mps": {"replicas": 2}}), INVALID_FOR_VENDOR, f"{SHARING}.mps"),
+    (
+        {
+            "devicePlugin": {"enable": False},
+            "draDriver": {"enable": True, "sharing": {"mps": {"replicas": 2}}},
+        },
+        INVALID_SPEC,
+        "spec.draDriver.sharing.mps: Extra inputs are not permitted",
+    ),
+]
+
+
+def test_mps_is_refused_on_nodes_whose_gpus_all_have_mig_enabled_and_with_a_mig_strategy() -> None:
+    mps = {"vendor": "nvidia", **_sharing({"mps": {"replicas": 4}})}
+    whole = NodeInfo("h100", {NVIDIA_PRESENT: "true", "gpuop.dev/gpu.partition.compute": "none"})
+    some_mig = NodeInfo("h100-some-mig", {NVIDIA_PRESENT: "true", "gpuop.dev/gpu.partition.compute": "mixed"})
+    all_mig = NodeInfo("h100-mig", {NVIDIA_PRESENT: "true", "gpuop.dev/gpu.partition.compute": "mig"})
+    assert validate(dc(mps), [whole, some_mig]).ok
+    refused = validate(dc(mps), [whole, all_mig])
+    assert [p.reason for p in refused.problems] == [INVALID_FOR_VENDOR]
+    assert refused.summary()[1].startswith("spec.devicePlugin.sharing.mps: node h100-mig has MIG enabled")
+    # Nothing to check when the plugin does not run here.
+    assert validate(dc({**mps, "devicePlugin": {**mps["devicePlugin"], "enable": False}}), [all_mig]).ok
+    mixed = validate(dc({**mps, "devicePlugin": {**mps["devicePlugin"], "migStrategy": "mixed"}}), [whole])
+    assert [p.reason for p in mixed.problems] == [INVALID_SPEC]
+    assert "spec.devicePlugin.sharing.mps: cannot be combined with migStrategy mixed" in mixed.summary()[1]
+
+
+def test_sharing_configs_are_accepted_and_reach_the_labeller() -> None:
+    per_model = {"replicas": 4, "models": [{"models": ["H100"], "replicas": 2}], "renameByDefault": True}
+    for sharing in ({"timeSlicing": per_model}, {"mps": {"replicas": 4, "memoryLimitMiB": 8192}}):
+        spec = _sharing(sharing, selector={"matchLabels": {"pool": "b"}})
+        result = validate(dc(spec), NODES)
+        assert result.ok and result.spec is not None, result.problems
+        labeller = result.spec.section("node-labeller").to_wire()
+        assert labeller["sharing"] == result.spec.device_plugin.sharing.to_wire()
+
+
 @pytest.mark.parametrize(
     ("spec", "reason", "field"),
     [
@@ -99,6 +177,7 @@ def test_the_dra_driver_instead_of_the_device_plugin_is_accepted_but_not_both() 
         ({"vendor": "nvidia"}, INVALID_FOR_VENDOR, "spec.vendor"),
         ({"testRunner": {"framework": "DCGM"}}, INVALID_FOR_VENDOR, "testRunner.framework"),
         ({"draDriver": {"enable": True}}, INVALID_SPEC, "spec.draDriver.enable"),
+        *SHARING_CASES,
     ],
 )
 def test_bad_spec_gives_a_reason_and_names_the_field(spec: Any, reason: str, field: str) -> None:

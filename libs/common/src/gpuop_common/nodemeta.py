@@ -38,6 +38,8 @@ GPU_COUNT_LABEL = "gpuop.dev/gpu.count"
 GPU_VENDOR_LABEL = "gpuop.dev/gpu.vendor"
 GPU_MODEL_LABEL = "gpuop.dev/gpu.model"
 GPU_PARTITION_COUNT_LABEL = "gpuop.dev/gpu.partition.count"
+# The labeller's compute-partition mode of a node's GPUs (`mig`: every NVIDIA GPU has MIG enabled).
+GPU_PARTITION_COMPUTE_LABEL = "gpuop.dev/gpu.partition.compute"
 AMD_PARTITION_LABEL = "amd.com/gpu.compute-memory-partition"
 
 # The config manager (docs/config-manager.md): the profile a node asks for, and how applying it went.

@@ -143,6 +143,17 @@ class AgentSettings(BaseSettings):
         return (init_settings, env_settings, _SettingsFileSource(settings_cls))
 
 
+class ConfigFileAgentSettings(AgentSettings):
+    """An agent that reads its DeviceConfig section from the chart's ConfigMap, mounted as a file
+    (gpuop_common.configfile.ConfigFileWatcher: its node's key, hot-reloaded)."""
+
+    config_file: Path = Field(
+        Path("/etc/gpuop/config.yaml"),
+        description="The service's ConfigMap file (its DeviceConfig section), hot-reloaded.",
+    )
+    config_poll_interval: float = Field(5.0, gt=0, description="Seconds between checks of --config-file.")
+
+
 def _flag_for(loc: Sequence[int | str]) -> str:
     parts = [str(part) for part in loc if isinstance(part, str)]
     return "--" + ".".join(part.replace("_", "-") for part in parts)

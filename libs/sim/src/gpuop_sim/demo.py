@@ -94,6 +94,9 @@ DEMO_PARTITION_PROFILE = {"name": "cpx-nps4", "amd": {"computePartition": "CPX",
 # self-check the demo breaks one of its GPUs (an uncorrectable RAS error), as `gpuop-sim break-gpu`.
 DEMO_BREAK_NODE_PROFILE = "amd-mi300x-cpx"
 DEMO_REMEDIATION = {"enable": True, "conditionHoldSeconds": 5, "resetClearSeconds": 60}
+# The AMD DeviceConfig time-slices one GPU model (issue 25): only the MI210 node's GPUs are shared.
+DEMO_SHARED_MODEL, DEMO_SHARED_NODE_PROFILE, DEMO_REPLICAS = "MI210", "amd-mi210x8", 4
+DEMO_SHARING = {"timeSlicing": {"models": [{"models": [DEMO_SHARED_MODEL], "replicas": DEMO_REPLICAS}]}}
 LABEL_COLUMNS = (
     PROFILE_LABEL,
     "node.kubernetes.io/instance-type",
@@ -169,7 +172,7 @@ def device_config_values(
     rest stay) also install the driver (`driver`, host commands going to the simulator's fakes),
     run the DRA driver instead of the device plugin (`dra`) and, on AMD, run the config manager
     with the demo's profile (`partitions`) and remediate (`remediation`); helm's `--set` on a list
-    index would replace the whole list."""
+    index would replace the whole list. AMD always time-slices the demo's shared GPU model."""
     defaults = yaml.safe_load((chart / "values.yaml").read_text()) or {}
     configs = []
     for config in defaults.get("deviceConfigs") or []:
@@ -185,9 +188,23 @@ def device_config_values(
             spec["configManager"] = {"enable": True, "profiles": [DEMO_PARTITION_PROFILE]}
         if remediation and vendor == "amd":
             spec["remediation"] = dict(DEMO_REMEDIATION)
+        if vendor == "amd":
+            section = "draDriver" if dra else "devicePlugin"
+            spec[section] = {**(spec.get(section) or {}), "sharing": DEMO_SHARING}
         configs.append({**config, "spec": spec})
     out.write_text(yaml.safe_dump({"deviceConfigs": configs}, sort_keys=False))
     return out
+
+
+def sharing_notes(sim_nodes: Sequence[SimNode], *, dra: bool) -> list[str]:
+    """What the demo's sharing does to each shared node's allocatable, for one line each (pure)."""
+    resource = f"{DRA_DRIVER} devices" if dra else "amd.com/gpu"
+    return [
+        f"sharing:    {n.name} ({n.gpu_count}x {DEMO_SHARED_MODEL}) is time-sliced {DEMO_REPLICAS} ways: "
+        f"{resource} {n.gpu_count} without sharing -> {n.gpu_count * DEMO_REPLICAS} in the table"
+        for n in sim_nodes
+        if n.profile == DEMO_SHARED_NODE_PROFILE
+    ]
 
 
 def partition_due(sim_nodes: Sequence[SimNode], nodes: Sequence[Obj], pods: Sequence[Obj]) -> list[str]:
@@ -263,6 +280,7 @@ def host_command_values(out: Path) -> Path:
     driver reload) to the simulator's fakes under each node's root, instead of `chroot /host`."""
     host_exec = f"{sys.executable} -m gpuop_sim.hostfakes --root {{host_root}}"
     values = {"operator": {"driverJobs": {"hostExec": host_exec}}, "config-manager": {"hostExec": host_exec}}
+    values["device-plugin"] = {"mpsControlDaemon": {"hostExec": host_exec}}  # nodes with sharing.mps
     out.write_text(yaml.safe_dump(values, sort_keys=False))
     return out
 
@@ -454,6 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     dra=args.dra,
                 )
             )
+            for note in sharing_notes(cluster.nodes, dra=args.dra):
+                console.print(note)
         if args.no_driver:
             console.print("Nodes start without a driver: the operator installs it with its playbook Jobs.")
             if not args.no_upgrade:

@@ -58,6 +58,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpuop_sim import drivertree, faultstate
 
@@ -792,6 +793,51 @@ def _no_op(root: Path, args: list[str]) -> int:
     return 0
 
 
+MPS_STATE = Path(".gpuop-fakes/mps.json")
+
+
+def mps_state(root: Path) -> dict[str, Any]:
+    """What the fake MPS control daemon runs with: `running`, `pipe_dir`, `defaults` (commands)."""
+    path = root / MPS_STATE
+    return dict(json.loads(path.read_text())) if path.is_file() else {"running": False, "defaults": []}
+
+
+def mps_control(root: Path, args: list[str]) -> int:
+    """`nvidia-cuda-mps-control`: `-d` starts the daemon (its control pipe and log appear under
+    CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY on the host root); without arguments it reads
+    commands from stdin, as the real client does, and fails when no daemon listens."""
+    state = mps_state(root)
+    pipe = root / os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps").lstrip("/")
+    logs = root / os.environ.get("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps").lstrip("/")
+    if args == ["-d"]:
+        if state["running"]:
+            print("An instance of this daemon is already running", file=sys.stderr)
+            return 1
+        pipe.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        (pipe / "control").write_text("")
+        with (logs / "control.log").open("a") as out:
+            out.write("Starting control daemon\n")
+        state = {"running": True, "pipe_dir": str(pipe.relative_to(root)), "defaults": []}
+    elif args:
+        print(f"nvidia-cuda-mps-control: unknown option {args[0]}", file=sys.stderr)
+        return 1
+    else:
+        if not state["running"] or not (pipe / "control").exists():
+            print("Cannot find MPS control daemon process", file=sys.stderr)
+            return 1
+        for line in sys.stdin.read().splitlines():
+            if line.strip() == "quit":
+                (pipe / "control").unlink(missing_ok=True)
+                state = {"running": False, "defaults": []}
+            elif line.strip():
+                # A later value of the same setting (and GPU) replaces the earlier one.
+                defaults = [d for d in state["defaults"] if d.split()[:-1] != line.split()[:-1]]
+                state["defaults"] = [*defaults, line.strip()]
+    write_file(root / MPS_STATE, json.dumps(state))
+    return 0
+
+
 FAKES: dict[str, Fake] = {
     "apt-get": apt_get,
     "apt-cache": apt_cache,
@@ -807,6 +853,7 @@ FAKES: dict[str, Fake] = {
     "curl": curl,
     "amd-smi": amd_smi,
     "nvidia-smi": nvidia_smi,
+    "nvidia-cuda-mps-control": mps_control,
     "update-initramfs": _no_op,
     "dracut": _no_op,
 }

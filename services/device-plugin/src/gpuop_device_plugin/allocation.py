@@ -15,7 +15,7 @@ from gpuop_common.gpu import Vendor
 from gpuop_common.gpu.cdi import visible_devices_env
 
 from gpuop_device_plugin.cdi import cdi_device_name
-from gpuop_device_plugin.devices import HEALTHY, PluginDevice
+from gpuop_device_plugin.devices import HEALTHY, MpsClients, PluginDevice
 
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 
@@ -35,6 +35,12 @@ class DeviceNode:
 
 
 @dataclass(frozen=True, slots=True)
+class HostMount:
+    path: str  # the same path in the container and on the host
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerGrant:
     """Everything one container response carries."""
 
@@ -43,6 +49,7 @@ class ContainerGrant:
     devices: tuple[DeviceNode, ...] = ()
     cdi_devices: tuple[str, ...] = ()
     annotations: dict[str, str] = field(default_factory=dict)
+    mounts: tuple[HostMount, ...] = ()
 
 
 def validate_request(
@@ -76,15 +83,34 @@ def _unique(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def grant(resource: str, chosen: Sequence[PluginDevice], *, cdi: bool) -> ContainerGrant:
+def mps_env(chosen: Sequence[PluginDevice], mps: MpsClients) -> dict[str, str]:
+    """What an MPS client reads: the control daemon's pipe and its share of the GPU (the daemon's
+    defaults say the same; the env keeps a client from asking for more)."""
+    env = {
+        "CUDA_MPS_PIPE_DIRECTORY": mps.pipe_dir,
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(mps.active_thread_percentage),
+    }
+    limits = _unique([f"{d.visible_id}={d.mps_memory_limit_mib}M" for d in chosen if d.mps_memory_limit_mib])
+    if limits:
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(limits)
+    return env
+
+
+def grant(
+    resource: str, chosen: Sequence[PluginDevice], *, cdi: bool, mps: MpsClients | None = None
+) -> ContainerGrant:
     """The container response for these (validated) devices; replicas collapse to their device."""
     ids = tuple(device.id for device in chosen)
     envs: dict[str, str] = {}
     for vendor in (Vendor.AMD, Vendor.NVIDIA):
         envs.update(visible_devices_env(vendor, [d.visible_id for d in chosen if d.vendor == vendor]))
+    mounts: tuple[HostMount, ...] = ()
+    if mps is not None:
+        envs.update(mps_env(chosen, mps))
+        mounts = (HostMount(mps.pipe_dir),)
     if cdi:
         names = tuple(_unique([cdi_device_name(d) for d in chosen]))
         key = CDI_ANNOTATION_PREFIX + "gpuop-device-plugin_" + resource.replace("/", "_")
-        return ContainerGrant(ids, envs, cdi_devices=names, annotations={key: ",".join(names)})
+        return ContainerGrant(ids, envs, cdi_devices=names, annotations={key: ",".join(names)}, mounts=mounts)
     nodes = _unique([node for device in chosen for node in device.device_nodes])
-    return ContainerGrant(ids, envs, devices=tuple(DeviceNode(path) for path in nodes))
+    return ContainerGrant(ids, envs, devices=tuple(DeviceNode(path) for path in nodes), mounts=mounts)

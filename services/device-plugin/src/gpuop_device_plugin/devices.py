@@ -37,10 +37,21 @@ class PluginDevice:
     linked_peers: frozenset[str] = field(default_factory=frozenset)  # physical ids of direct peers
     partition_index: int | None = None
     replica: int | None = None
+    # MPS replicas: the pinned device memory each client may use (the daemon's default limit).
+    mps_memory_limit_mib: int | None = None
 
     @property
     def shared(self) -> bool:
         return self.replica is not None
+
+
+@dataclass(frozen=True, slots=True)
+class MpsClients:
+    """What an MPS client container needs: the control daemon's pipe directory (host path, mounted
+    at the same path) and the per-client compute share."""
+
+    pipe_dir: str
+    active_thread_percentage: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +63,7 @@ class ResourcePlan:
     # Resources whose devices are time-slicing replicas, and whether >1 replica per request fails.
     shared: frozenset[str] = frozenset()
     fail_requests_greater_than_one: bool = False
+    mps: dict[str, MpsClients] = field(default_factory=dict)  # resource -> MPS client settings
 
     def device(self, device_id: str) -> PluginDevice | None:
         for devices in self.resources.values():

@@ -6,19 +6,28 @@ Pure functions. Naming follows the vendor plugins so existing pod specs keep wor
   resource per partition mode (or `amd.com/gpu` for GPUs that cannot be partitioned).
 - NVIDIA: device ids are GPU/MIG UUIDs; MIG strategy `none` (full GPUs), `single` (MIG devices as
   `nvidia.com/gpu`, all identical) or `mixed` (`nvidia.com/mig-<profile>`).
-- Time-slicing turns each device into `replicas` devices `<id>::<n>` (resource `<name>.shared` with
-  `renameByDefault`).
+- Sharing (time-slicing, NVIDIA MPS) turns each device into `replicas` devices `<id>::<n>` (resource
+  `<name>.shared` with `renameByDefault`); the count per device is `gpuop_common.gpu.sharing`'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from gpuop_common.config import DevicePluginConfig
-from gpuop_common.config.device_plugin import ResourceFilter, TimeSlicing
+from gpuop_common.config.device_plugin import ResourceFilter, Sharing
 from gpuop_common.gpu import GpuDevice, LinkType, Vendor
+from gpuop_common.gpu.sharing import DeviceSharing, mps_problems, replicas_for
 
-from gpuop_device_plugin.devices import MAX_DEVICE_ID_LENGTH, PluginDevice, ResourcePlan, replica_id
+from gpuop_device_plugin.devices import (
+    MAX_DEVICE_ID_LENGTH,
+    MpsClients,
+    PluginDevice,
+    ResourcePlan,
+    replica_id,
+)
+from gpuop_device_plugin.mps import client_memory_limit_mib, mps_pipe_dir, thread_percentage
 
 AMD_DOMAIN = "amd.com"
 NVIDIA_DOMAIN = "nvidia.com"
@@ -151,42 +160,59 @@ def nvidia_plan(gpus: Sequence[GpuDevice], strategy: str) -> tuple[list[PluginDe
     return devices, errors
 
 
-def apply_time_slicing(
-    devices: Iterable[PluginDevice], sharing: TimeSlicing
-) -> tuple[list[PluginDevice], frozenset[str]]:
-    """Replace every device of a shared resource by its replicas; returns the devices and the
-    (possibly renamed) shared resource names."""
-    replicas = {entry.name: entry.replicas for entry in sharing.resources}
+def _replicas(device: PluginDevice, shared: DeviceSharing, limit: int | None) -> list[PluginDevice]:
+    return [
+        dataclasses.replace(
+            device,
+            id=replica_id(device.base_id, n),
+            resource=shared.resource,
+            replica=n,
+            mps_memory_limit_mib=limit,
+        )
+        for n in range(shared.replicas)
+    ]
+
+
+def apply_sharing(
+    devices: Iterable[PluginDevice], gpus: Sequence[GpuDevice], sharing: Sharing, *, mps_ready: bool = True
+) -> tuple[list[PluginDevice], frozenset[str], list[str]]:
+    """Replace every shared device by its replicas (`<id>::<n>`, one count per GPU model or
+    resource); returns the devices, the (possibly renamed) shared resource names and problems.
+
+    MPS replicas wait for the control daemon (`mps_ready`): a pod must not get a replica before
+    the pipe it connects to exists. MPS never covers MIG-enabled or AMD GPUs; those stay unshared."""
+    by_id = {gpu.id: gpu for gpu in gpus}
+    errors = mps_problems(gpus, sharing)
     out: list[PluginDevice] = []
     shared: set[str] = set()
+    waiting = False
     for device in devices:
-        count = replicas.get(device.resource)
-        if count is None:
+        gpu = by_id[device.physical_id]
+        decision = replicas_for(device.resource, gpu, sharing, mig=_mig_enabled(gpu))
+        if decision is None:
             out.append(device)
             continue
-        name = f"{device.resource}.shared" if sharing.rename_by_default else device.resource
-        shared.add(name)
-        for n in range(count):
-            out.append(
-                PluginDevice(
-                    id=replica_id(device.base_id, n),
-                    resource=name,
-                    vendor=device.vendor,
-                    physical_id=device.physical_id,
-                    base_id=device.base_id,
-                    visible_id=device.visible_id,
-                    device_nodes=device.device_nodes,
-                    numa_node=device.numa_node,
-                    hive=device.hive,
-                    linked_peers=device.linked_peers,
-                    partition_index=device.partition_index,
-                    replica=n,
-                )
-            )
-    return out, frozenset(shared)
+        if decision.strategy == "mps" and not mps_ready:
+            waiting = True
+            continue
+        shared.add(decision.resource)
+        limit = client_memory_limit_mib(gpu, sharing.mps) if sharing.mps else None
+        out.extend(_replicas(device, decision, limit))
+    if waiting:
+        errors.append("sharing.mps: waiting for the MPS control daemon; MPS replicas not advertised yet")
+    return out, frozenset(shared), errors
 
 
-def build_plan(gpus: Sequence[GpuDevice], config: DevicePluginConfig) -> ResourcePlan:
+def mps_clients(sharing: Sharing, shared: frozenset[str]) -> dict[str, MpsClients]:
+    """The MPS client settings of each MPS-shared resource."""
+    if sharing.mps is None:
+        return {}
+    return {name: MpsClients(mps_pipe_dir(sharing.mps), thread_percentage(sharing.mps)) for name in shared}
+
+
+def build_plan(
+    gpus: Sequence[GpuDevice], config: DevicePluginConfig, *, mps_ready: bool = True
+) -> ResourcePlan:
     """All resources for these GPUs (any vendor mix) under this config."""
     selected = [gpu for gpu in gpus if gpu_selected(gpu, config.resource_filter)]
     amd, amd_errors = amd_plan(
@@ -195,8 +221,9 @@ def build_plan(gpus: Sequence[GpuDevice], config: DevicePluginConfig) -> Resourc
     nvidia, nvidia_errors = nvidia_plan(
         [g for g in selected if g.vendor == Vendor.NVIDIA], config.mig_strategy
     )
-    devices, shared = apply_time_slicing([*amd, *nvidia], config.sharing.time_slicing)
-    errors = [*amd_errors, *nvidia_errors]
+    sharing = config.sharing
+    devices, shared, sharing_errors = apply_sharing([*amd, *nvidia], selected, sharing, mps_ready=mps_ready)
+    errors = [*amd_errors, *nvidia_errors, *sharing_errors]
     resources: dict[str, list[PluginDevice]] = {}
     seen: set[str] = set()
     for device in devices:
@@ -214,5 +241,10 @@ def build_plan(gpus: Sequence[GpuDevice], config: DevicePluginConfig) -> Resourc
         resources={name: tuple(items) for name, items in sorted(resources.items())},
         errors=tuple(errors),
         shared=shared,
-        fail_requests_greater_than_one=config.sharing.time_slicing.fail_requests_greater_than_one,
+        fail_requests_greater_than_one=(
+            sharing.mps.fail_requests_greater_than_one
+            if sharing.mps is not None
+            else sharing.time_slicing.fail_requests_greater_than_one
+        ),
+        mps=mps_clients(sharing, shared),
     )

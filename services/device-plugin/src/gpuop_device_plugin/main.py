@@ -16,7 +16,7 @@ from gpuop_common.config import DevicePluginConfig
 from gpuop_common.configfile import ConfigFileWatcher
 from gpuop_common.gpu import GpuBackendError, open_backends
 from gpuop_common.kubelet import deviceplugin as dp
-from gpuop_common.settings import AgentSettings
+from gpuop_common.settings import ConfigFileAgentSettings
 from gpuop_common.shutdown import ServiceContext, run_service
 from pydantic import Field
 
@@ -29,16 +29,11 @@ log = logging.getLogger(__name__)
 SERVICE = "device-plugin"
 
 
-class DevicePluginSettings(AgentSettings):
+class DevicePluginSettings(ConfigFileAgentSettings):
     socket_dir: Path = Field(
         Path(dp.DEVICE_PLUGIN_PATH),
         description="Kubelet device-plugins directory: our sockets go here, kubelet.sock is in it.",
     )
-    config_file: Path = Field(
-        Path("/etc/gpuop/config.yaml"),
-        description="The devicePlugin ConfigMap file (DevicePluginConfig), hot-reloaded.",
-    )
-    config_poll_interval: float = Field(5.0, gt=0, description="Seconds between checks of --config-file.")
     cdi_spec_dir: Path = Field(
         Path("/var/run/cdi"), description="Where CDI specs are written when CDI is on."
     )
@@ -67,7 +62,7 @@ def serve(ctx: ServiceContext[DevicePluginSettings]) -> int:
     watcher = ConfigFileWatcher.load(
         s.config_file, DevicePluginConfig, interval=s.config_poll_interval, node_name=s.node_name
     )
-    manager = ResourceManager(backends, watcher.config)
+    manager = ResourceManager(backends, watcher.config, host_root=s.host_root)
     service = DevicePluginService(
         manager, s.socket_dir, cdi_dir=s.cdi_spec_dir, health_interval=s.health_interval
     )

@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpuop_common.config import DevicePluginConfig
 from gpuop_common.gpu import GpuBackend, GpuBackendError, GpuDevice, GpuHealth, NvmlBackend
@@ -27,6 +28,7 @@ from gpuop_common.gpu.changes import (
 from gpuop_device_plugin.devices import UNHEALTHY, ResourcePlan
 from gpuop_device_plugin.health import HealthVerdict, evaluate, uncorrectable_totals
 from gpuop_device_plugin.inventory import build_plan
+from gpuop_device_plugin.mps import daemon_ready
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +40,12 @@ class ManagerState:
 
 
 class ResourceManager:
-    def __init__(self, backends: Sequence[GpuBackend], config: DevicePluginConfig) -> None:
+    def __init__(
+        self, backends: Sequence[GpuBackend], config: DevicePluginConfig, host_root: Path = Path("/")
+    ) -> None:
         self.backends = list(backends)
+        self.host_root = Path(host_root)
+        self._mps_ready = False
         self._config = config
         self._lock = threading.Lock()
         self._gpus: list[GpuDevice] = []
@@ -92,6 +98,8 @@ class ResourceManager:
             reasons = health_reason_key(reports)
             if reasons != self._last_reasons:
                 self._rescan = True
+            if config.sharing.mps is not None and self._mps_daemon_ready(config) != self._mps_ready:
+                self._rescan = True  # the MPS daemon came up, went away or took new settings
             if self._rescan:
                 self._rescan = False
                 self._rescan_locked(config)
@@ -123,7 +131,8 @@ class ResourceManager:
             for backend in self.backends:
                 backend.reset_health()
         self._gpus = merge_inventory(self._gpus, current)
-        plan = build_plan(self._gpus, config)
+        self._mps_ready = self._mps_daemon_ready(config)
+        plan = build_plan(self._gpus, config, mps_ready=self._mps_ready)
         for error in plan.errors:
             if error not in self._plan.errors:
                 log.error("resource configuration problem", extra={"error": error})
@@ -133,6 +142,10 @@ class ResourceManager:
                 extra={"resources": {name: len(devs) for name, devs in plan.resources.items()}},
             )
         self._plan = plan
+
+    def _mps_daemon_ready(self, config: DevicePluginConfig) -> bool:
+        mps = config.sharing.mps
+        return mps is not None and daemon_ready(self.host_root, self._gpus, mps)
 
     def close(self) -> None:
         for backend in self.backends:

@@ -18,7 +18,7 @@ import grpc
 from gpuop_common.kubelet import deviceplugin as dp
 
 from gpuop_device_plugin.allocation import AllocationRequestError, ContainerGrant, grant, validate_request
-from gpuop_device_plugin.devices import PluginDevice
+from gpuop_device_plugin.devices import MpsClients, PluginDevice
 from gpuop_device_plugin.topology import preferred_devices
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ class ResourceSnapshot:
     shared: bool = False
     fail_requests_greater_than_one: bool = False
     cdi: bool = False
+    mps: MpsClients | None = None
 
 
 @dataclass
@@ -60,23 +61,25 @@ class ResourceView:
         shared: bool = False,
         fail_requests_greater_than_one: bool = False,
         cdi: bool = False,
+        mps: MpsClients | None = None,
     ) -> bool:
         """Install a new state; True (and a ListAndWatch update) only when something changed."""
         own_health = {d.id: health.get(d.id, dp.UNHEALTHY) for d in devices}
         with self._cond:
             old = self._snapshot
             same_list = old.devices == devices and dict(old.health) == own_health
-            same_flags = (old.shared, old.fail_requests_greater_than_one, old.cdi) == (
+            same_flags = (old.shared, old.fail_requests_greater_than_one, old.cdi, old.mps) == (
                 shared,
                 fail_requests_greater_than_one,
                 cdi,
+                mps,
             )
             if same_list and same_flags:
                 return False
             version = old.version + (0 if same_list else 1)
             self._snapshot = ResourceSnapshot(
                 version, devices, {d.id: d for d in devices}, own_health, shared,
-                fail_requests_greater_than_one, cdi,
+                fail_requests_greater_than_one, cdi, mps,
             )  # fmt: skip
             self._cond.notify_all()
         return not same_list
@@ -118,6 +121,9 @@ def container_response(result: ContainerGrant) -> dp.ContainerAllocateResponse:
         ],
         annotations=result.annotations,
         cdi_devices=[dp.CDIDevice(name=name) for name in result.cdi_devices],
+        mounts=[
+            dp.Mount(container_path=m.path, host_path=m.path, read_only=m.read_only) for m in result.mounts
+        ],
     )
 
 
@@ -149,7 +155,7 @@ class DevicePluginAdapter(dp.DevicePluginServicer):
                 shared=snapshot.shared,
                 fail_requests_greater_than_one=snapshot.fail_requests_greater_than_one,
             )
-            cached = container_response(grant(self.view.resource, chosen, cdi=snapshot.cdi))
+            cached = container_response(grant(self.view.resource, chosen, cdi=snapshot.cdi, mps=snapshot.mps))
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()
             self._cache[ids] = cached
@@ -216,5 +222,6 @@ class DevicePluginAdapter(dp.DevicePluginServicer):
     def PreStartContainer(
         self, request: dp.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> dp.PreStartContainerResponse:
-        # Nothing to prepare (no GPU reset or MPS daemon); the kubelet only calls this when asked.
+        # Nothing to prepare (no GPU reset; the MPS daemon is its own operand); the kubelet only calls
+        # this when asked.
         return dp.PreStartContainerResponse()

@@ -90,6 +90,7 @@ class DevicePluginService:
                 shared=name in plan.shared,
                 fail_requests_greater_than_one=plan.fail_requests_greater_than_one,
                 cdi=config.cdi,
+                mps=plan.mps.get(name),
             )
             if changed:
                 unhealthy = [d.id for d in devices if state.verdict.states.get(d.id) != "Healthy"]

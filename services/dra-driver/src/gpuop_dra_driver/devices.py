@@ -1,19 +1,22 @@
 """The DRA devices of a node: one per whole GPU, AMD compute partition or NVIDIA MIG device (pure).
 
-Device names are DNS labels (ResourceSlice rule) built from the GPU's PCI address, so they name the
-same hardware across restarts and when another GPU vanishes (indices shift then):
-`gpu-<dddd>-<bb>-<dd>-<f>`, `...-part-<n>` (AMD partition n), `...-mig-<gi>-<ci>` (NVIDIA MIG device
-by GPU/compute instance). A partitioned GPU publishes its partitions only: the
+Device names come from gpuop_common.gpu.dranames (the metrics exporter reads them back): stable
+across restarts, built from the GPU's PCI address. A partitioned GPU publishes its partitions only: the
 whole GPU is not allocatable while partitioned. Which of them are healthy is `health`'s business.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuop_common.config.sharing import Sharing
 from gpuop_common.gpu import GpuDevice, Vendor
+from gpuop_common.gpu.dranames import gpu_name, mig_name, partition_name
+from gpuop_common.gpu.sharing import replicas_for
+from gpuop_common.kubelet.assignments import dra_replica_name
 
 TYPE_GPU = "gpu"
 TYPE_PARTITION = "partition"
@@ -50,11 +53,6 @@ class DraDevice:
         if self.capacity:
             entry["capacity"] = {k: {"value": v} for k, v in sorted(self.capacity.items())}
         return entry
-
-
-def gpu_name(gpu: GpuDevice) -> str:
-    """`gpu-0000-43-00-0` for PCI address 0000:43:00.0."""
-    return "gpu-" + re.sub(r"[^0-9a-z]", "-", gpu.pci_address.lower())
 
 
 def _string(value: str | None) -> Attribute | None:
@@ -144,7 +142,7 @@ def amd_devices(gpu: GpuDevice) -> list[DraDevice]:
         }
         devices.append(
             DraDevice(
-                name=f"{gpu_name(gpu)}-part-{part.index}",
+                name=partition_name(gpu, part.index),
                 vendor=Vendor.AMD,
                 type=TYPE_PARTITION,
                 uid=part.id,
@@ -180,11 +178,6 @@ def nvidia_devices(gpu: GpuDevice) -> list[DraDevice]:
         ]
     devices = []
     for mig in gpu.mig_devices:
-        suffix = (
-            f"{mig.gpu_instance_id}-{mig.compute_instance_id}"
-            if mig.gpu_instance_id is not None and mig.compute_instance_id is not None
-            else str(mig.index)
-        )
         attributes: dict[str, Attribute] = {
             **base,
             "type": {"string": TYPE_PARTITION},
@@ -195,7 +188,7 @@ def nvidia_devices(gpu: GpuDevice) -> list[DraDevice]:
         }
         devices.append(
             DraDevice(
-                name=f"{gpu_name(gpu)}-mig-{suffix}",
+                name=mig_name(gpu, mig),
                 vendor=Vendor.NVIDIA,
                 type=TYPE_PARTITION,
                 uid=mig.uuid,
@@ -209,9 +202,43 @@ def nvidia_devices(gpu: GpuDevice) -> list[DraDevice]:
     return devices
 
 
-def build_devices(gpus: Sequence[GpuDevice]) -> list[DraDevice]:
-    """Every device of these GPUs, healthy or not, sorted by name."""
+def _resource_of(device: DraDevice, gpu: GpuDevice) -> str:
+    """The device plugin resource this device would be under (what `timeSlicing.resources` names)."""
+    if device.type == TYPE_GPU:
+        return f"{gpu.vendor.value}.com/gpu"
+    profile = str(device.attributes.get("partitionProfile", {}).get("string", ""))
+    if gpu.vendor == Vendor.NVIDIA:
+        return f"nvidia.com/mig-{profile.replace('+', '.')}"
+    return f"amd.com/{profile}" if profile else "amd.com/gpu"
+
+
+def time_sliced(device: DraDevice, gpu: GpuDevice, sharing: Sharing) -> list[DraDevice]:
+    """The device itself (`shared: false`), or `replicas` devices `<name>-ts-<n>` (`shared: true`)
+    that a scheduler may hand to as many claims; a claim several pods reference needs no replicas."""
+    decision = replicas_for(_resource_of(device, gpu), gpu, sharing, mig=_mig_enabled(gpu))
+    if decision is None:
+        return [dataclasses.replace(device, attributes={**device.attributes, "shared": {"bool": False}})]
+    return [
+        dataclasses.replace(
+            device,
+            name=dra_replica_name(device.name, n),
+            uid=f"{device.uid}::{n}",
+            attributes={
+                **device.attributes,
+                "shared": {"bool": True},
+                "replicas": {"int": decision.replicas},
+                "replica": {"int": n},
+            },
+        )
+        for n in range(decision.replicas)
+    ]
+
+
+def build_devices(gpus: Sequence[GpuDevice], sharing: Sharing | None = None) -> list[DraDevice]:
+    """Every device of these GPUs, healthy or not, sorted by name; time-sliced ones as replicas."""
+    chosen = sharing or Sharing()
     devices: list[DraDevice] = []
     for gpu in gpus:
-        devices.extend(amd_devices(gpu) if gpu.vendor == Vendor.AMD else nvidia_devices(gpu))
+        for device in amd_devices(gpu) if gpu.vendor == Vendor.AMD else nvidia_devices(gpu):
+            devices.extend(time_sliced(device, gpu, chosen))
     return sorted(devices, key=lambda d: d.name)

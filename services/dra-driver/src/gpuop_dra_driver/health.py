@@ -17,6 +17,7 @@ import enum
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from gpuop_common.config.sharing import Sharing
 from gpuop_common.gpu import GpuDevice, GpuHealth, HealthReason
 from gpuop_common.gpu.changes import merge_inventory
 
@@ -60,15 +61,18 @@ def _state(device: DraDevice, reasons: dict[str, tuple[HealthReason, ...]]) -> D
 
 
 def device_health(
-    gpus: Sequence[GpuDevice], reports: Sequence[GpuHealth], failed_vendors: Collection[str] = ()
+    gpus: Sequence[GpuDevice],
+    reports: Sequence[GpuHealth],
+    failed_vendors: Collection[str] = (),
+    sharing: Sharing | None = None,
 ) -> list[DeviceHealthState]:
-    """The health of every device of these GPUs, sorted by device name."""
+    """The health of every device of these GPUs (time-sliced ones as their replicas), sorted by name."""
     reasons = reasons_by_id(reports)
     return [
         DeviceHealthState(d.name, Health.UNKNOWN, (HEALTH_UNREADABLE,))
         if str(d.vendor) in failed_vendors
         else _state(d, reasons)
-        for d in build_devices(gpus)
+        for d in build_devices(gpus, sharing)
     ]
 
 
@@ -89,7 +93,9 @@ def known_gpus(
     ]
 
 
-def healthy_devices(gpus: Sequence[GpuDevice], states: Sequence[DeviceHealthState]) -> list[DraDevice]:
+def healthy_devices(
+    gpus: Sequence[GpuDevice], states: Sequence[DeviceHealthState], sharing: Sharing | None = None
+) -> list[DraDevice]:
     """The devices of these (present) GPUs that `states` calls healthy: what the slice publishes."""
     healthy = {s.device for s in states if s.health is Health.HEALTHY}
-    return [d for d in build_devices(gpus) if d.name in healthy]
+    return [d for d in build_devices(gpus, sharing) if d.name in healthy]

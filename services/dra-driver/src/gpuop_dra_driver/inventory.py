@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from gpuop_common.config.sharing import Sharing
 from gpuop_common.gpu import GpuBackend, GpuDevice, GpuHealth
 from gpuop_common.gpu.changes import (
     ReasonKey,
@@ -32,9 +33,12 @@ log = logging.getLogger(__name__)
 
 
 class Inventory:
-    def __init__(self, backends: Sequence[GpuBackend], rescan_interval: float = 30.0) -> None:
+    def __init__(
+        self, backends: Sequence[GpuBackend], rescan_interval: float = 30.0, sharing: Sharing | None = None
+    ) -> None:
         self.backends = list(backends)
         self.rescan_interval = rescan_interval
+        self._sharing = sharing or Sharing()
         self._scanned_at = 0.0
         self._lock = threading.Lock()
         self._gpus: list[GpuDevice] = []
@@ -46,6 +50,11 @@ class Inventory:
 
     def request_rescan(self) -> None:
         self._rescan = True
+
+    def set_sharing(self, sharing: Sharing) -> None:
+        """Publish time-sliced devices per `sharing` from the next refresh on (a config reload)."""
+        with self._lock:
+            self._sharing = sharing
 
     def devices(self) -> dict[str, DraDevice]:
         """Device name -> device, as of the last refresh."""
@@ -84,8 +93,8 @@ class Inventory:
             self._reasons = reasons
             self._known = known_gpus(self._known, self._gpus, reports, failed)
             # A vendor whose health cannot be read publishes nothing: its devices are Unknown.
-            self._health = device_health(self._known, reports, failed)
-            devices = healthy_devices(self._gpus, self._health)
+            self._health = device_health(self._known, reports, failed, self._sharing)
+            devices = healthy_devices(self._gpus, self._health, self._sharing)
             self._devices = {d.name: d for d in devices}
             return devices
 

@@ -14,13 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+from gpuop_common.config import DraDriverConfig
+from gpuop_common.configfile import ConfigFileWatcher
 from gpuop_common.gpu import GpuBackendError, open_backends
 from gpuop_common.gpu.cdi import DEFAULT_CDI_DIR
 from gpuop_common.kube import KubeConfigError, make_api_client
 from gpuop_common.kubejson import KubeJson
 from gpuop_common.kubelet import SocketPathTooLongError, dra
 from gpuop_common.kubelet import pluginregistration as reg
-from gpuop_common.settings import AgentSettings
+from gpuop_common.settings import ConfigFileAgentSettings
 from gpuop_common.shutdown import ServiceContext, run_service
 from pydantic import Field
 
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 SERVICE = "dra-driver"
 
 
-class DraDriverSettings(AgentSettings):
+class DraDriverSettings(ConfigFileAgentSettings):
     plugins_dir: Path = Field(
         Path(dra.PLUGINS_DIR),
         description="Kubelet plugins directory; our socket and checkpoint go in <driver>/.",
@@ -73,7 +75,13 @@ def serve(ctx: ServiceContext[DraDriverSettings]) -> int:
         return 1
     if not backends:
         log.warning("no GPUs found; publishing an empty pool", extra={"host_root": str(s.host_root)})
-    inventory = Inventory(backends, s.rescan_interval)
+    # The draDriver section of the DeviceConfig (the chart's ConfigMap), as the device plugin reads
+    # devicePlugin: a sharing change is published at the next refresh, without a restart.
+    watcher = ConfigFileWatcher.load(
+        s.config_file, DraDriverConfig, interval=s.config_poll_interval, node_name=s.node_name
+    )
+    inventory = Inventory(backends, s.rescan_interval, sharing=watcher.config.sharing.as_sharing())
+    watcher.set_on_change(lambda config: inventory.set_sharing(config.sharing.as_sharing()))
     inventory.refresh()
     driver = DraDriver(
         driver=DRIVER_NAME,
@@ -93,6 +101,7 @@ def serve(ctx: ServiceContext[DraDriverSettings]) -> int:
     )
     ctx.probes.add_readiness_check("registered", lambda: sockets.registered)
     ctx.probes.add_readiness_check("slices", lambda: service.publish_error is None)
+    ctx.probes.add_readiness_check("config", lambda: watcher.error is None)
     try:
         try:
             sockets.start()
@@ -102,6 +111,7 @@ def serve(ctx: ServiceContext[DraDriverSettings]) -> int:
         service.tick()
         if s.once:
             return 0 if service.publish_error is None else 1
+        watcher.start_in_thread(ctx.stopping)
         ctx.probes.set_ready(True)
         service.run(ctx.stopping)
     finally:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gpuop_common.config.metrics_exporter import NamingSet
 from gpuop_common.gpu import ComputePartition, GpuDevice, GpuHealth, HealthReason, MigDevice, Vendor
+from gpuop_common.gpu.dranames import gpu_name, mig_name, partition_name
 
 POD_LABELS = ("pod", "namespace", "container")
 # Always present in the AMD exporter's output; gpuop has no Slurm integration, so they stay empty.
@@ -51,17 +52,20 @@ def entities_for(gpus: list[GpuDevice]) -> list[Entity]:
     result: list[Entity] = []
     logical = 0
     for gpu in gpus:
-        whole_ids = (gpu.id, gpu.pci_address)
+        # Device plugin ids (UUID / BDF, partition and MIG ids) and the DRA driver's device names.
+        whole_ids = (gpu.id, gpu.pci_address, gpu_name(gpu))
         if len(gpu.partitions) > 1:
             for part in gpu.partitions:
-                ids = (part.id, *whole_ids) if part.index == 0 else (part.id,)
+                own = (part.id, partition_name(gpu, part.index))
+                ids = (*own, *whole_ids) if part.index == 0 else own
                 result.append(Entity(gpu, logical, part.index, part.id, ids, part.index == 0, partition=part))
                 logical += 1
             continue
         result.append(Entity(gpu, logical, None, "", whole_ids, True))
         logical += 1
         for mig in gpu.mig_devices:
-            result.append(Entity(gpu, logical, mig.index, mig.uuid, (mig.uuid,), False, mig=mig))
+            mig_ids = (mig.uuid, mig_name(gpu, mig))
+            result.append(Entity(gpu, logical, mig.index, mig.uuid, mig_ids, False, mig=mig))
     return result
 
 

@@ -30,6 +30,6 @@ def labels_for(gpus: Sequence[GpuDevice], options: LabelOptions | None = None) -
     if "nvidia" in chosen.label_sets:
         labels |= nvidia_labels(ordered, chosen)
     if "neutral" in chosen.label_sets:
-        labels |= neutral_labels(ordered)
+        labels |= neutral_labels(ordered, chosen.sharing)
     # Every producer sanitises; this is the last line of defence against a value the API would reject.
     return {key: labels[key] for key in sorted(labels) if is_valid_value(labels[key])}

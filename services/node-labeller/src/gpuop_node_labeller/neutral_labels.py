@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from gpuop_common.config.sharing import Sharing
 from gpuop_common.gpu.models import GpuDevice
+from gpuop_common.gpu.sharing import gpu_sharing
 
 from gpuop_node_labeller.sanitize import sanitise, value_or_none
 
@@ -55,7 +57,16 @@ def partition_count(gpu: GpuDevice) -> int:
     return amd + len(gpu.mig_devices)
 
 
-def neutral_labels(gpus: Sequence[GpuDevice]) -> dict[str, str]:
+def sharing_values(gpus: Sequence[GpuDevice], sharing: Sharing) -> dict[str, str | None]:
+    """`gpu.replicas` (pods per GPU, `mixed` when models differ) and `gpu.sharing-strategy`."""
+    found = [gpu_sharing(g, sharing) for g in gpus]
+    return {
+        "gpu.replicas": shared(str(f.replicas) if f else "1" for f in found),
+        "gpu.sharing-strategy": shared(f.strategy if f else "none" for f in found),
+    }
+
+
+def neutral_labels(gpus: Sequence[GpuDevice], sharing: Sharing | None = None) -> dict[str, str]:
     labels = {f"{PREFIX}/gpu.present": str(bool(gpus)).lower(), f"{PREFIX}/gpu.count": str(len(gpus))}
     if not gpus:
         return labels
@@ -70,6 +81,7 @@ def neutral_labels(gpus: Sequence[GpuDevice]) -> dict[str, str]:
         "gpu.partition.compute": shared(compute_mode(g) for g in gpus),
         "gpu.partition.memory": shared(memory_mode(g) for g in gpus),
         "gpu.partition.count": str(sum(partition_count(g) for g in gpus)),
+        **sharing_values(gpus, sharing or Sharing()),
     }
     labels.update({f"{PREFIX}/{name}": value for name, value in values.items() if value is not None})
     return labels

@@ -18,7 +18,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from gpuop_common.config.sharing import Sharing
 from gpuop_common.gpu.models import GpuDevice, MigDevice, Vendor
+from gpuop_common.gpu.sharing import SHARED_SUFFIX, DeviceSharing, gpu_sharing, replicas_for
 
 from gpuop_node_labeller.options import LabelOptions
 from gpuop_node_labeller.sanitize import sanitise, value_or_none
@@ -87,27 +89,40 @@ def _architecture(gpu: GpuDevice) -> dict[str, str]:
     return labels
 
 
-def _full_gpu_labels(gpu: GpuDevice, count: int, replicas: int) -> dict[str, str]:
+def _shared_product(product: str, sharing: DeviceSharing | None) -> str:
+    # As GFD: `-SHARED` on the product when the resource keeps its plain name, so a nodeSelector on
+    # the product does not land on a shared device.
+    renamed = sharing is not None and sharing.resource.endswith(SHARED_SUFFIX)
+    return product + ("-SHARED" if sharing and not renamed else "")
+
+
+def _full_gpu_labels(
+    gpu: GpuDevice, count: int, replicas: int, sharing: DeviceSharing | None = None
+) -> dict[str, str]:
+    # As GFD: the configured replicas and strategy when shared.
     labels = {
         f"{PREFIX}/gpu.count": str(count),
-        f"{PREFIX}/gpu.replicas": str(replicas),
-        f"{PREFIX}/gpu.sharing-strategy": "none",
+        f"{PREFIX}/gpu.replicas": str(sharing.replicas if sharing else replicas),
+        f"{PREFIX}/gpu.sharing-strategy": sharing.strategy if sharing else "none",
     }
     if product := product_name(gpu.model):
-        labels[f"{PREFIX}/gpu.product"] = product
+        labels[f"{PREFIX}/gpu.product"] = _shared_product(product, sharing)
     if (memory := _mib(gpu.vram_total_bytes)) is not None:
         labels[f"{PREFIX}/gpu.memory"] = memory
     return labels | _architecture(gpu)
 
 
-def _mig_labels(prefix: str, gpu: GpuDevice, migs: Sequence[MigDevice]) -> dict[str, str]:
-    """`<prefix>.count/product/memory/slices.*/replicas/sharing-strategy` for MIG devices of one profile."""
+def _mig_labels(
+    prefix: str, gpu: GpuDevice, migs: Sequence[MigDevice], sharing: DeviceSharing | None = None
+) -> dict[str, str]:
+    """`<prefix>.count/product/memory/slices.*/replicas/sharing-strategy` for MIG devices of one
+    profile; `sharing`: how the plugin shares their resource (time-slicing: MPS never shares MIG)."""
     profile = migs[0].profile or ""
     labels = {
         f"{prefix}.count": str(len(migs)),
-        f"{prefix}.replicas": "1",
-        f"{prefix}.sharing-strategy": "none",
-        f"{prefix}.product": mig_product(gpu.model, profile),
+        f"{prefix}.replicas": str(sharing.replicas) if sharing else "1",
+        f"{prefix}.sharing-strategy": sharing.strategy if sharing else "none",
+        f"{prefix}.product": _shared_product(mig_product(gpu.model, profile), sharing),
     }
     if (memory := _mib(migs[0].memory_bytes)) is not None:
         labels[f"{prefix}.memory"] = memory
@@ -116,10 +131,10 @@ def _mig_labels(prefix: str, gpu: GpuDevice, migs: Sequence[MigDevice]) -> dict[
     return labels
 
 
-def _single_strategy(gpus: Sequence[GpuDevice]) -> dict[str, str]:
+def _single_strategy(gpus: Sequence[GpuDevice], sharing: Sharing) -> dict[str, str]:
     first = gpus[0]
     if not any(_mig_on(g) for g in gpus):
-        return _full_gpu_labels(first, len(gpus), 1)
+        return _full_gpu_labels(first, len(gpus), 1, gpu_sharing(first, sharing))
     migs = [m for g in gpus for m in g.mig_devices]
     profiles = {m.profile for m in migs}
     if not all(_mig_on(g) for g in gpus) or len(profiles) != 1 or None in profiles:
@@ -130,14 +145,22 @@ def _single_strategy(gpus: Sequence[GpuDevice]) -> dict[str, str]:
             f"{PREFIX}/gpu.sharing-strategy": "none",
             f"{PREFIX}/gpu.product": sanitise(f"{first.model} MIG INVALID", "-"),
         } | _architecture(first)
-    labels = _mig_labels(f"{PREFIX}/gpu", first, migs)
+    # Single: the MIG devices are advertised as nvidia.com/gpu, shared as that resource.
+    shared = replicas_for("nvidia.com/gpu", first, sharing, mig=True)
+    labels = _mig_labels(f"{PREFIX}/gpu", first, migs, shared)
     return labels | _architecture(first)
 
 
-def _mixed_strategy(gpus: Sequence[GpuDevice]) -> dict[str, str]:
+def mig_resource(profile: str) -> str:
+    """The plugin's resource for a MIG profile under the mixed strategy (`+` becomes `.`)."""
+    return f"nvidia.com/mig-{profile.replace('+', '.')}"
+
+
+def _mixed_strategy(gpus: Sequence[GpuDevice], sharing: Sharing) -> dict[str, str]:
     # MIG-enabled GPUs still appear in gpu.*, with replicas 0 when no GPU is shared as a whole.
-    replicas = 0 if all(_mig_on(g) for g in gpus) else 1
-    labels = _full_gpu_labels(gpus[0], len(gpus), replicas)
+    whole = [g for g in gpus if not _mig_on(g)]
+    shared = gpu_sharing(whole[0], sharing) if whole else None
+    labels = _full_gpu_labels(gpus[0], len(gpus), 1 if whole else 0, shared)
     by_profile: dict[str, list[MigDevice]] = {}
     owner: dict[str, GpuDevice] = {}
     for gpu in gpus:
@@ -146,7 +169,9 @@ def _mixed_strategy(gpus: Sequence[GpuDevice]) -> dict[str, str]:
                 by_profile.setdefault(mig.profile, []).append(mig)
                 owner.setdefault(mig.profile, gpu)
     for profile, migs in sorted(by_profile.items()):
-        labels |= _mig_labels(f"{PREFIX}/mig-{profile}", owner[profile], migs)
+        gpu = owner[profile]
+        shared = replicas_for(mig_resource(profile), gpu, sharing, mig=True)
+        labels |= _mig_labels(f"{PREFIX}/mig-{profile}", gpu, migs, shared)
     return labels
 
 
@@ -157,16 +182,17 @@ def nvidia_labels(gpus: Sequence[GpuDevice], options: LabelOptions) -> dict[str,
     labels = version_labels(nvidia)
     capable = any(g.partition is not None and "mig" in g.partition.available_compute for g in nvidia)
     labels[f"{PREFIX}/mig.capable"] = str(capable).lower()
-    labels[f"{PREFIX}/mps.capable"] = "false"
+    mps = options.sharing.mps is not None and any(gpu_sharing(g, options.sharing) for g in nvidia)
+    labels[f"{PREFIX}/mps.capable"] = str(mps).lower()
     cliques = Counter(g.nvlink_clique for g in nvidia if g.nvlink_clique)
     if len(cliques) == 1 and (clique := value_or_none(next(iter(cliques)))):
         labels[f"{PREFIX}/gpu.clique"] = clique
     if options.mig_strategy == "single":
-        labels |= _single_strategy(nvidia)
+        labels |= _single_strategy(nvidia, options.sharing)
     elif options.mig_strategy == "mixed":
-        labels |= _mixed_strategy(nvidia)
+        labels |= _mixed_strategy(nvidia, options.sharing)
     else:
-        labels |= _full_gpu_labels(nvidia[0], len(nvidia), 1)
+        labels |= _full_gpu_labels(nvidia[0], len(nvidia), 1, gpu_sharing(nvidia[0], options.sharing))
     if options.mig_strategy != "none":
         labels[f"{PREFIX}/mig.strategy"] = options.mig_strategy
     return labels

@@ -24,6 +24,7 @@ import yaml
 from gpuop_common.config import DeviceConfigSpec, structural_schema
 from gpuop_common.config.config_manager import ConfigManagerConfig
 from gpuop_common.config.device_plugin import DevicePluginConfig
+from gpuop_common.config.dra_driver import DraDriverConfig
 from gpuop_common.config.metrics_exporter import MetricsExporterConfig
 from gpuop_common.config.node_labeller import NodeLabellerConfig
 from gpuop_common.config.testrunner import TestRunnerConfig
@@ -103,6 +104,7 @@ def repo_root() -> Path:
 # Each operand chart's `config` value is its service's section of DeviceConfig.spec.
 OPERAND_CONFIGS: dict[str, type[BaseModel]] = {
     "device-plugin": DevicePluginConfig,
+    "dra-driver": DraDriverConfig,
     "node-labeller": NodeLabellerConfig,
     "metrics-exporter": MetricsExporterConfig,
     "test-runner": TestRunnerConfig,

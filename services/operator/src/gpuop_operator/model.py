@@ -54,6 +54,11 @@ SUPPORTED_SERVICES: frozenset[str] = frozenset(
 )
 # Stages run by the operator itself (per-node playbook Jobs), not by a DaemonSet and a deploy label.
 JOB_SERVICES: frozenset[str] = frozenset({"driver"})
+# Extra DaemonSets of an operand's chart, by their pods' name label -> the operand. Their pods share
+# the operand's stage and deploy label: a node's teardown waits until they are gone too, but a
+# stage's readiness does not wait for them (the device plugin itself advertises MPS replicas only
+# once the MPS control daemon says it runs, and the daemon runs only where sharing.mps is set).
+COMPANION_PODS: Mapping[str, str] = {"device-plugin-mps": "device-plugin"}
 # Sections the operator runs itself that are no service of their own (no chart, no stage).
 OPERATOR_SECTIONS: frozenset[str] = frozenset({"remediation"})
 

@@ -17,6 +17,7 @@ from gpuop_common.config import DeviceConfigSpec
 from gpuop_common.kube import label_changes
 
 from gpuop_operator.model import (
+    COMPANION_PODS,
     DISCOVERED,
     DRIVER_FAILED,
     DRIVER_INSTALLING,
@@ -53,7 +54,7 @@ class PodIndex:
             if pod.terminating:
                 # Its DaemonSet is already taking it down; teardown of earlier stages may go on.
                 continue
-            present.add((pod.node, pod.service))
+            present.add((pod.node, COMPANION_PODS.get(pod.service, pod.service)))
             if pod.ready:
                 ready.add((pod.node, pod.service))
         return cls(frozenset(ready), frozenset(present))

@@ -6,14 +6,20 @@ condition reason the status will show. A DeviceConfig with any problem changes n
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuop_common.config import OPERAND_SECTIONS, DeviceConfigSpec, LabelSelector
+from gpuop_common.nodemeta import GPU_PARTITION_COMPUTE_LABEL as PARTITION_COMPUTE_LABEL
 from pydantic import ValidationError
 
-from gpuop_operator.model import OPERATOR_SECTIONS, SUPPORTED_SERVICES, NodeInfo
+from gpuop_operator.model import (
+    OPERATOR_SECTIONS,
+    SUPPORTED_SERVICES,
+    NodeInfo,
+)
 from gpuop_operator.selector import matches
 
 INVALID_SPEC = "InvalidSpec"
@@ -22,6 +28,8 @@ CONFLICT = "Conflict"
 INVALID_FOR_VENDOR = "InvalidForVendor"
 
 _MESSAGE_LIMIT = 20  # problems listed in one condition message; the rest are counted
+# `timeSlicing.resources[0].replicas: ...`: a model validator's message that starts with a field path.
+_FIELD_PREFIX = re.compile(r"^([a-z][A-Za-z0-9]*(\[[0-9]+\])?(\.[a-z][A-Za-z0-9]*(\[[0-9]+\])?)*): ")
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,10 @@ def describe_errors(exc: ValidationError) -> list[str]:
         message = str(error.get("msg", "invalid"))
         message = message.removeprefix("Value error, ")
         loc = tuple(error.get("loc", ()))
-        if loc:
+        if loc and (sub := _FIELD_PREFIX.match(message)):
+            # A nested model's rule names its own field first: join the two into one path.
+            lines.append(f"{_error_path(loc)}.{sub.group(1)}: {message[sub.end() :]}")
+        elif loc:
             lines.append(f"{_error_path(loc)}: {message}")
         else:
             lines.append(f"spec.{message}")
@@ -166,6 +177,25 @@ def vendor_problems(
     return problems
 
 
+def mps_problems(spec: DeviceConfigSpec, nodes: Sequence[NodeInfo]) -> list[Problem]:
+    """`devicePlugin.sharing.mps` on nodes whose every GPU has MIG enabled (the labeller's partition
+    label): MPS shares whole GPUs only, so such a node would advertise no replica at all. A node
+    with some whole GPUs is accepted (the plugin shares those and logs why the others are not);
+    a node the labeller has not described yet is checked once it has."""
+    if spec.device_plugin.sharing.mps is None or not spec.device_plugin.enable:
+        return []
+    return [
+        Problem(
+            INVALID_FOR_VENDOR,
+            f"spec.devicePlugin.sharing.mps: node {node.name} has MIG enabled on every GPU "
+            f"({PARTITION_COMPUTE_LABEL}=mig); MPS shares whole GPUs only (time-slice MIG devices with "
+            "sharing.timeSlicing, or disable MIG with a configManager profile)",
+        )
+        for node in nodes
+        if "nvidia" in node.vendors() and node.labels.get(PARTITION_COMPUTE_LABEL) == "mig"
+    ]
+
+
 def conflict_problems(
     me: DeviceConfigRef, mine: Sequence[NodeInfo], others: Mapping[DeviceConfigRef, LabelSelector]
 ) -> list[Problem]:
@@ -199,6 +229,7 @@ def validate(
     mine = selected_nodes(spec.selector, nodes)
     problems += unsupported_sections(spec)
     problems += vendor_problems(dict(raw or {}), spec, mine)
+    problems += mps_problems(spec, mine)
     problems += conflict_problems(DeviceConfigRef.of(obj), mine, others or {})
     return Validation(spec, tuple(problems))
 

@@ -25,9 +25,6 @@ if TYPE_CHECKING:
         DevicePluginConfig,
         HealthChecks,
         ResourceFilter,
-        Sharing,
-        TimeSlicedResource,
-        TimeSlicing,
     )
     from gpuop_common.config.dra_driver import DraDriverConfig
     from gpuop_common.config.driver import DrainPolicy, DriverConfig, DriverUpgradePolicy, PodDeletionPolicy
@@ -40,6 +37,7 @@ if TYPE_CHECKING:
         structural_problems,
         structural_schema,
     )
+    from gpuop_common.config.sharing import ModelReplicas, Mps, Sharing, TimeSlicedResource, TimeSlicing
     from gpuop_common.config.spec import (
         OPERAND_SECTIONS,
         DeviceConfigSpec,
@@ -59,9 +57,11 @@ _SUBMODULE_OF = {
     "DevicePluginConfig": "device_plugin",
     "HealthChecks": "device_plugin",
     "ResourceFilter": "device_plugin",
-    "Sharing": "device_plugin",
-    "TimeSlicedResource": "device_plugin",
-    "TimeSlicing": "device_plugin",
+    "ModelReplicas": "sharing",
+    "Mps": "sharing",
+    "Sharing": "sharing",
+    "TimeSlicedResource": "sharing",
+    "TimeSlicing": "sharing",
     "DraDriverConfig": "dra_driver",
     "DrainPolicy": "driver",
     "DriverConfig": "driver",
@@ -103,6 +103,8 @@ __all__ = [
     "LabelSelectorRequirement",
     "MetricsExporterConfig",
     "MigDeviceGroup",
+    "ModelReplicas",
+    "Mps",
     "NodeLabellerConfig",
     "PartitionProfile",
     "PodDeletionPolicy",

@@ -55,6 +55,10 @@ LabelValue = Annotated[
 
 AbsolutePath = Annotated[str, Field(pattern=r"^/.*$", max_length=4096)]
 
+# A GPU model: words of its name (`MI300X`, `H100 80GB HBM3`, matched whole-word, any case) or its
+# PCI device id (`0x74a1`); see gpuop_common.gpu.matching.model_matches.
+GpuModel = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][-A-Za-z0-9 ._]*$")]
+
 # A PCI address as sysfs spells it: domain:bus:device.function, e.g. 0000:03:00.0.
 PciAddress = Annotated[str, Field(pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")]
 

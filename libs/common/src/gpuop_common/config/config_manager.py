@@ -6,13 +6,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from gpuop_common.config.base import ConfigModel, ImageSettings, LabelKey, LabelValue
+from gpuop_common.config.base import ConfigModel, GpuModel, ImageSettings, LabelKey, LabelValue
 
 MigProfile = Annotated[str, Field(pattern=r"^([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\+(me|gfx))*$", max_length=32)]
 GpuIndex = Annotated[int, Field(ge=0, le=1023)]
-# A GPU model: words of its name (`MI300X`, `H100 80GB HBM3`, matched whole-word, any case) or its
-# PCI device id (`0x74a1`); see gpuop_common.gpu.profile_check.model_matches.
-GpuModel = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][-A-Za-z0-9 ._]*$")]
 
 
 class AmdPartition(ConfigModel):

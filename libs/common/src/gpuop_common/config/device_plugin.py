@@ -7,48 +7,21 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from gpuop_common.config.base import AbsolutePath, ConfigModel, ImageSettings, PciAddress
+from gpuop_common.config.sharing import Mps, Sharing, TimeSlicedResource, TimeSlicing
+
+__all__ = [
+    "DEFAULT_IGNORED_XIDS",
+    "DevicePluginConfig",
+    "HealthChecks",
+    "Mps",
+    "ResourceFilter",
+    "Sharing",
+    "TimeSlicedResource",
+    "TimeSlicing",
+]
 
 # XIDs NVIDIA's device plugin treats as application errors, not GPU faults.
 DEFAULT_IGNORED_XIDS = (13, 31, 43, 45, 68, 109)
-
-ResourceName = Annotated[
-    str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)
-]
-
-
-class TimeSlicedResource(ConfigModel):
-    """One resource shared by time-slicing."""
-
-    name: ResourceName = Field(description="Extended resource to share, e.g. nvidia.com/gpu or amd.com/gpu.")
-    replicas: int = Field(ge=2, le=256, description="Pods that may share one device (at least 2).")
-
-
-class TimeSlicing(ConfigModel):
-    """GPU sharing by time-slicing: every device is advertised `replicas` times."""
-
-    rename_by_default: bool = Field(
-        False, description="Advertise shared resources as `<name>.shared` instead of `<name>`."
-    )
-    fail_requests_greater_than_one: bool = Field(
-        False, description="Reject pods asking for more than one replica of a shared resource."
-    )
-    resources: list[TimeSlicedResource] = Field(
-        default_factory=list, max_length=64, description="Resources to share and their replica counts."
-    )
-
-    @model_validator(mode="after")
-    def _unique_resources(self) -> TimeSlicing:
-        names = [resource.name for resource in self.resources]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise ValueError(f"resources: {', '.join(duplicates)} listed more than once")
-        return self
-
-
-class Sharing(ConfigModel):
-    """Device sharing between pods; applies to every GPU on a node."""
-
-    time_slicing: TimeSlicing = Field(default_factory=TimeSlicing, description="Time-slicing settings.")
 
 
 class HealthChecks(ConfigModel):
@@ -106,3 +79,14 @@ class DevicePluginConfig(ImageSettings):
     resource_filter: ResourceFilter = Field(
         default_factory=ResourceFilter, description="Restrict which GPUs are advertised."
     )
+
+    @model_validator(mode="after")
+    def _mps_needs_whole_gpus(self) -> DevicePluginConfig:
+        # A MIG strategy advertises MIG devices, which MPS never shares: the config would promise
+        # replicas the plugin cannot give (NVIDIA's plugin refuses MPS with mixed for the same reason).
+        if self.sharing.mps is not None and self.mig_strategy != "none":
+            raise ValueError(
+                f"sharing.mps: cannot be combined with migStrategy {self.mig_strategy}; MPS shares "
+                "whole GPUs only (time-slice MIG devices with sharing.timeSlicing instead)"
+            )
+        return self

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from gpuop_common.config.base import ImageSettings
+from gpuop_common.config.sharing import Sharing
 
 LabelSet = Literal["amd", "nvidia", "neutral"]
 ALL_LABEL_SETS: tuple[LabelSet, ...] = ("amd", "nvidia", "neutral")
@@ -28,3 +29,8 @@ class NodeLabellerConfig(ImageSettings):
         True, description="Also write the beta.amd.com/ copies the AMD labeller writes."
     )
     interval_seconds: int = Field(60, ge=5, le=86400, description="Seconds between label refreshes.")
+    sharing: Sharing = Field(
+        default_factory=Sharing,
+        description="The sharing the device plugin (or DRA driver) applies, for the replica labels; "
+        "in a DeviceConfig it defaults to devicePlugin.sharing (draDriver.sharing when that runs).",
+    )

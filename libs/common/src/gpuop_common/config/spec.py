@@ -19,6 +19,7 @@ from gpuop_common.config.driver import DriverConfig
 from gpuop_common.config.metrics_exporter import MetricsExporterConfig
 from gpuop_common.config.node_labeller import NodeLabellerConfig
 from gpuop_common.config.remediation import RemediationConfig
+from gpuop_common.config.sharing import Sharing
 from gpuop_common.config.testrunner import TestRunnerConfig
 
 Vendor = Literal["auto", "amd", "nvidia"]
@@ -89,8 +90,19 @@ def _snake(camel: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
 
 
+def _sharing_sections(spec: DeviceConfigSpec) -> list[tuple[str, Sharing]]:
+    return [
+        ("devicePlugin.sharing", spec.device_plugin.sharing),
+        ("draDriver.sharing", spec.dra_driver.sharing.as_sharing()),
+    ]
+
+
 def _amd_only_settings(spec: DeviceConfigSpec) -> list[str]:
-    problems = []
+    problems = [
+        f"{path}.timeSlicing.resources"
+        for path, sharing in _sharing_sections(spec)
+        if "amd" in sharing.resource_vendors()
+    ]
     if spec.device_plugin.resource_naming_strategy != "single":
         problems.append("devicePlugin.resourceNamingStrategy")
     if spec.driver.driver_type != "container":
@@ -104,6 +116,11 @@ def _amd_only_settings(spec: DeviceConfigSpec) -> list[str]:
 
 def _nvidia_only_settings(spec: DeviceConfigSpec) -> list[str]:
     problems = []
+    for path, sharing in _sharing_sections(spec):
+        if sharing.mps is not None:
+            problems.append(f"{path}.mps")
+        elif "nvidia" in sharing.resource_vendors():
+            problems.append(f"{path}.timeSlicing.resources")
     if spec.device_plugin.mig_strategy != "none":
         problems.append("devicePlugin.migStrategy")
     if spec.driver.kernel_module_type != "auto":
@@ -130,7 +147,15 @@ class DeviceConfigSpec(ConfigModel):
             ) from None
         value = getattr(self, _snake(key))
         assert isinstance(value, ConfigModel)
+        if service == "node-labeller" and "sharing" not in self.node_labeller.model_fields_set:
+            # The labeller labels what the plugin advertises: by default it gets the plugin's sharing.
+            return self.node_labeller.model_copy(update={"sharing": self.effective_sharing})
         return value
+
+    @property
+    def effective_sharing(self) -> Sharing:
+        """The sharing of whichever of the device plugin and the DRA driver runs."""
+        return self.dra_driver.sharing.as_sharing() if self.dra_driver.enable else self.device_plugin.sharing
 
     selector: LabelSelector = Field(
         default_factory=LabelSelector, description="Nodes this DeviceConfig manages."

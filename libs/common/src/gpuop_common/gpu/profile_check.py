@@ -10,14 +10,16 @@ GPU is already in its target state.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuop_common.config.config_manager import AmdPartition, PartitionProfile
 from gpuop_common.gpu.amd_partition import PartitionPlanError, pair_refusal, plan_writes
+from gpuop_common.gpu.matching import model_matches
 from gpuop_common.gpu.mig_geometry import fit_refusal
 from gpuop_common.gpu.models import GpuDevice, Vendor
+
+__all__ = ["GpuTarget", "ProfilePlan", "gpu_matches", "model_matches", "plan_profile"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +54,6 @@ class ProfilePlan:
 
 def _by_vendor(gpus: list[GpuDevice], vendor: Vendor) -> list[GpuDevice]:
     return sorted((g for g in gpus if g.vendor is vendor), key=lambda g: g.index)
-
-
-def model_matches(model: str, gpu: GpuDevice) -> bool:
-    """Whether `model` names this GPU: its PCI device id (`0x74a1`), or words of its model or FRU
-    product name, whole and in any case (`MI300X` matches "AMD Instinct MI300X", `MI300` does not)."""
-    wanted = model.strip().lower()
-    if re.fullmatch(r"0x[0-9a-f]{1,4}", wanted):
-        return int(wanted, 16) == gpu.pci.device_id
-    pattern = re.compile(rf"(?<![a-z0-9]){re.escape(wanted)}(?![a-z0-9])")
-    return any(pattern.search(name.lower()) for name in (gpu.model, gpu.product_name or "") if name)
 
 
 def _amd_entries(profile: PartitionProfile) -> list[tuple[str, AmdPartition, tuple[str, ...]]]:

@@ -10,6 +10,7 @@ The metrics exporter labels series with the holders; the test runner leaves held
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ GPU_RESOURCE_PREFIXES = ("amd.com/", "nvidia.com/", "gpuop.dev/")
 GPU_DRA_DRIVERS = ("gpu.amd.com", "gpu.nvidia.com", "gpu.gpuop.dev")
 # Time-sliced/shared replicas are advertised as `<device id>::<n>` (NVIDIA device plugin convention).
 REPLICA_SEPARATOR = "::"
+# The gpuop DRA driver publishes replica n of a time-sliced device as `<device name>-ts-<n>`.
+_DRA_REPLICA = re.compile(r"-ts-[0-9]+$")
 LIST_TIMEOUT_S = 5.0
 # A channel of its own subchannel: gRPC otherwise shares connections between channels to one target,
 # and a new channel to a re-created socket would inherit the old one's reconnect backoff.
@@ -49,12 +52,21 @@ def base_device_id(device_id: str) -> str:
     return device_id.split(REPLICA_SEPARATOR, 1)[0]
 
 
+def dra_replica_name(device_name: str, replica: int) -> str:
+    return f"{device_name}-ts-{replica}"
+
+
+def base_dra_device(device_name: str) -> str:
+    """The DRA device a time-sliced replica belongs to (`...-ts-2` -> `...`); others unchanged."""
+    return _DRA_REPLICA.sub("", device_name)
+
+
 def assignments_from(
     response: pr.ListPodResourcesResponse,
     prefixes: Iterable[str] = GPU_RESOURCE_PREFIXES,
     dra_drivers: Iterable[str] = GPU_DRA_DRIVERS,
 ) -> Assignments:
-    """Device id -> holders (sorted, unique); replicas count as their base device."""
+    """Device id (or DRA device name) -> holders (sorted, unique); replicas count as their base device."""
     prefixes, drivers = tuple(prefixes), set(dra_drivers)
     holders: dict[str, set[PodRef]] = {}
     for pod in response.pod_resources:
@@ -68,7 +80,8 @@ def assignments_from(
             for claim in container.dynamic_resources:
                 for resource in claim.claim_resources:
                     if resource.driver_name in drivers and resource.device_name:
-                        holders.setdefault(resource.device_name, set()).add(ref)
+                        # A time-sliced DRA device (`<name>-ts-<n>`) counts as the device it slices.
+                        holders.setdefault(base_dra_device(resource.device_name), set()).add(ref)
     return {device: tuple(sorted(refs)) for device, refs in holders.items()}
 
 

@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from gpuop_common.kubelet import (
@@ -27,6 +27,7 @@ from gpuop_common.kubelet import podresources as pr
 
 from .devicemanager import THREAD_PREFIX, Allocation, DeviceManager, DeviceManagerConfig
 from .dra import DraClaim, DraPlugins, PreparedClaim, PrepareResult
+from .draclaims import ClaimUsers
 from .drahealth import DeviceKey, DraDeviceHealth
 from .pluginwatcher import (
     DevicePluginHandler,
@@ -85,6 +86,7 @@ class KubeletEmulator:
         self._assignments = AssignmentStore()
         self._limits = (pod_resources_qps, pod_resources_burst)
         self._dra = DraPlugins(health_retry_s=dra_health_retry_s, on_change=self._notify)
+        self._claim_users = ClaimUsers()
         handlers: dict[str, PluginHandler] = {
             reg.DEVICE_PLUGIN: DevicePluginHandler(self._devices),
             reg.DRA_PLUGIN: DraPluginHandler(self._dra),
@@ -314,6 +316,38 @@ class KubeletEmulator:
 
     def unprepare(self, driver: str, claims: Sequence[DraClaim]) -> dict[str, str]:
         return self._dra.unprepare(driver, claims)
+
+    def prepare_pod(
+        self,
+        driver: str,
+        pod_uid: str,
+        claims: Sequence[DraClaim],
+        reserved_for: Mapping[str, Collection[str]] | None = None,
+    ) -> dict[str, PrepareResult]:
+        """A pod starting with these claims, as the kubelet does it: claims another pod already
+        uses are not prepared again (the pod gets their prepared devices), the others are prepared
+        in one call; a claim not reserved for the pod (`reserved_for`: claim uid -> pod uids of its
+        status.reservedFor) is refused. Claim uid -> result."""
+        new, refused = self._claim_users.to_prepare(pod_uid, claims, reserved_for)
+        results = {uid: PrepareResult(error=error) for uid, error in refused.items()}
+        if new:
+            results |= self._dra.prepare(driver, new)
+        prepared = self._dra.prepared_claims()
+        for claim in claims:
+            if claim.uid not in results and claim.uid in prepared:
+                results[claim.uid] = PrepareResult(prepared[claim.uid].devices)
+        self._claim_users.add(pod_uid, [uid for uid, r in results.items() if not r.error])
+        return results
+
+    def unprepare_pod(self, driver: str, pod_uid: str, claims: Sequence[DraClaim]) -> dict[str, str]:
+        """A pod gone: NodeUnprepareResources for the claims no other pod uses any more (claim uid
+        -> error, "" when unprepared); claims still in use are not in the answer."""
+        last = self._claim_users.leave(pod_uid, claims)
+        return self._dra.unprepare(driver, last) if last else {}
+
+    def dra_claim_users(self, claim_uid: str) -> frozenset[str]:
+        """The pods (uids) using a prepared claim."""
+        return self._claim_users.users(claim_uid)
 
     def dra_prepared_claims(self) -> dict[str, PreparedClaim]:
         """Claim UID -> driver and devices, for every claim prepared and not unprepared since."""
