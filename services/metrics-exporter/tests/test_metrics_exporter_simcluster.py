@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpuop_kubectl.table import metrics_urls
 from gpuop_sim import helm
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.demo import metrics_urls
 from gpuop_sim.workloads.kubeapi import CONFIGMAPS, DAEMONSETS, NAMESPACES, PODS, Resource
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "metrics-exporter"
