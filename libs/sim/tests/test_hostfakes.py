@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +131,49 @@ def test_a_reboot_unloads_everything_and_loads_modules_load_d_if_built_for_the_n
     assert run(tmp_path, "dkms", "autoinstall", "-k", "6.8.0-45-generic") == 0
     assert run(tmp_path, "modprobe", "amdgpu") == 0
     assert hostfakes.boots(tmp_path) == 2
+
+
+MPS_START = 'mount --bind "$1" /dev/shm && exec nvidia-cuda-mps-control -d'
+
+
+def test_mps_daemon_under_unshare_has_the_bound_dir_as_its_dev_shm_and_the_host_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "dev/shm").mkdir(parents=True)
+    (tmp_path / "run/mps/shm").mkdir(parents=True)
+    assert run(tmp_path, "mountpoint", "-q", "/run/mps/shm") == 32
+    assert run(tmp_path, "mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", "/run/mps/shm") == 0
+    assert run(tmp_path, "mountpoint", "-q", "/run/mps/shm") == 0
+    ns = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", MPS_START, "x", "/run/mps/shm"]
+    assert run(tmp_path, *ns) == 0
+    assert hostfakes.mps_state(tmp_path)["dev_shm"] == "/run/mps/shm"
+    assert "/dev/shm" not in hostfakes.mounts(tmp_path)  # the bind stayed in the daemon's namespace
+
+
+def test_a_missing_shm_dir_fails_the_bind_and_the_daemon_never_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "dev/shm").mkdir(parents=True)
+    ns = ["unshare", "--mount", "--", "sh", "-c", MPS_START, "x", "/run/mps/shm"]
+    assert run(tmp_path, *ns) == 32
+    assert "special device /run/mps/shm does not exist" in capsys.readouterr().err
+    assert hostfakes.mps_state(tmp_path)["running"] is False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setpriv needs root to drop a capability")
+def test_unshare_and_mount_need_cap_sys_admin(tmp_path: Path) -> None:
+    (tmp_path / "run/mps/shm").mkdir(parents=True)
+    fake = [sys.executable, "-m", "gpuop_sim.hostfakes", "--root", str(tmp_path)]
+    # As the simulated kubelet starts a container without CAP_SYS_ADMIN (setpriv, kernel-enforced).
+    without = [shutil.which("setpriv") or "setpriv", "--bounding-set=-sys_admin", "--inh-caps=-all", "--"]
+    done = subprocess.run(
+        [*without, *fake, "unshare", "--mount", "--", "sh", "-c", MPS_START, "x", "/run/mps/shm"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1 and "unshare failed: Operation not permitted" in done.stderr
+    done = subprocess.run(
+        [*without, *fake, "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/run/mps/shm"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 32 and "Operation not permitted" in done.stderr
+    assert hostfakes.mounts(tmp_path) == {}

@@ -16,8 +16,9 @@ from gpuop_common.gpu import GpuDevice, open_backends
 from gpuop_common.kubelet import deviceplugin as dp
 from gpuop_common.kubelet import dial_unix
 from gpuop_device_plugin.inventory import build_plan
-from gpuop_device_plugin.mps_daemon import MpsControl, MpsDaemonManager
-from gpuop_sim.hostfakes import mps_state
+from gpuop_device_plugin.mps import daemon_start_argv, shm_mount_argv
+from gpuop_device_plugin.mps_daemon import MpsCommandError, MpsControl, MpsDaemonManager
+from gpuop_sim.hostfakes import mounts, mps_state, recorded
 from gpuop_sim.kubelet import KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo, inject_xid
 
@@ -191,7 +192,14 @@ def test_mps_replicas_wait_for_the_control_daemon_and_carry_its_pipe_and_limits(
     limit = response.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]
     assert limit.startswith(f"{base(one)}=") and limit.endswith("M")
     assert f"set_default_device_pinned_mem_limit {base(one)} {limit.split('=')[1]}" in host["defaults"]
-    assert [(m.host_path, m.container_path) for m in response.mounts] == [("/run/gpuop/mps/pipe",) * 2]
+    # The pipes, and the daemon's shared memory as the container's /dev/shm (writable: clients
+    # attach through segments there; the container's own /dev/shm is private to it).
+    assert [(m.host_path, m.container_path, m.read_only) for m in response.mounts] == [
+        ("/run/gpuop/mps/pipe", "/run/gpuop/mps/pipe", False),
+        ("/run/gpuop/mps/shm", "/dev/shm", False),
+    ]
+    assert host["dev_shm"] == "/run/gpuop/mps/shm"  # the same directory is the daemon's /dev/shm
+    assert mounts(info.root)["/run/gpuop/mps/shm"]["type"] == "tmpfs"
 
     daemon.stop()  # MPS turned off or the daemon pod gone: no replica without a daemon behind it
     assert not mps_state(info.root)["running"]
@@ -219,3 +227,51 @@ def test_the_daemon_state_file_is_what_the_plugin_checks(node: Callable[[str], N
     assert mps_state(info.root)["running"]
     daemon.apply(DevicePluginConfig())
     assert not (info.root / "run/gpuop/mps/ready.json").exists()
+
+
+def test_the_daemon_gets_its_own_dev_shm_and_only_it() -> None:
+    mps = sharing(mps={"replicas": 4, "root": "/var/run/mps/"}).sharing.mps
+    assert mps is not None
+    assert daemon_start_argv(mps) == [
+        "unshare", "--mount", "--propagation", "private", "--",
+        "sh", "-c", 'mount --bind "$1" /dev/shm && exec nvidia-cuda-mps-control -d',
+        "mps-control", "/var/run/mps/shm",
+    ]  # fmt: skip
+    assert shm_mount_argv(mps, mounted=False) == [
+        "mount", "-t", "tmpfs", "-o", "nosuid,nodev,mode=1777,size=50%", "tmpfs", "/var/run/mps/shm",
+    ]  # fmt: skip
+    sized = sharing(mps={"replicas": 4, "shmSizeMiB": 512}).sharing.mps
+    assert sized is not None
+    assert shm_mount_argv(sized, mounted=True) == [
+        "mount", "-o", "remount,nosuid,nodev,mode=1777,size=512m", "/run/gpuop/mps/shm",
+    ]  # fmt: skip
+
+
+def test_the_shm_tmpfs_is_mounted_once_and_resized_in_place(node: Callable[[str], NodeRootInfo]) -> None:
+    info = node("nvidia-h100x8")
+    daemon = mps_manager(info)
+    daemon.apply(sharing(mps={"replicas": 4}))
+    assert mounts(info.root)["/run/gpuop/mps/shm"]["options"].endswith("size=50%")
+    daemon.apply(sharing(mps={"replicas": 4, "shmSizeMiB": 256}))
+    assert mounts(info.root)["/run/gpuop/mps/shm"]["options"].endswith("size=256m")
+    daemon.stop()
+    # A restarted daemon pod finds the tmpfs still on the host: re-sized, not stacked.
+    restarted = mps_manager(info)
+    restarted.apply(sharing(mps={"replicas": 4, "shmSizeMiB": 128}))
+    assert mounts(info.root)["/run/gpuop/mps/shm"] == {
+        "type": "tmpfs",
+        "options": "nosuid,nodev,mode=1777,size=128m",
+    }
+    assert [c[:2] for c in recorded(info.root) if c[0] == "mount"].count(["mount", "-t"]) == 1
+    restarted.stop()
+
+
+def test_the_daemon_does_not_start_without_its_shm_directory(node: Callable[[str], NodeRootInfo]) -> None:
+    info = node("nvidia-h100x8")
+    mps = sharing(mps={"replicas": 4}).sharing.mps
+    assert mps is not None
+    control = mps_manager(info).control
+    # As `mount --bind` on a host without the directory: the bind, and so the daemon, fails.
+    with pytest.raises(MpsCommandError, match="special device /run/gpuop/mps/shm does not exist"):
+        control.run(mps, daemon_start_argv(mps))
+    assert not mps_state(info.root)["running"]

@@ -802,10 +802,125 @@ def mps_state(root: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text())) if path.is_file() else {"running": False, "defaults": []}
 
 
+MOUNTS_STATE = Path(".gpuop-fakes/mounts.json")
+# Inside the fake `unshare --mount`: the host path bound over /dev/shm in that (private) namespace.
+_NS_DEV_SHM = "GPUOP_FAKE_NS_DEV_SHM"
+_NS_PRIVATE = "GPUOP_FAKE_NS_PRIVATE"
+_CAP_SYS_ADMIN = 21
+
+
+def mounts(root: Path) -> dict[str, dict[str, str]]:
+    """The host's mounts the fake `mount` made: target -> `type`, `options` (or `source` for a bind)."""
+    path = root / MOUNTS_STATE
+    return dict(json.loads(path.read_text())) if path.is_file() else {}
+
+
+def _may_mount(command: str) -> bool:
+    """CAP_SYS_ADMIN in the effective set, as the kernel asks of mount(2) and unshare(CLONE_NEWNS).
+
+    The simulated kubelet starts a container as its identity through setpriv (as root), so a pod
+    without the capability fails here as on a node; a simulator run as another user (no identities)
+    is not checked."""
+    if os.geteuid() != 0:
+        return True
+    status = Path("/proc/self/status").read_text()
+    eff = int(re.search(r"^CapEff:\s*([0-9a-f]+)$", status, re.M).group(1), 16)  # type: ignore[union-attr]
+    if eff & (1 << _CAP_SYS_ADMIN):
+        return True
+    print(f"{command}: Operation not permitted", file=sys.stderr)
+    return False
+
+
+def mount(root: Path, args: list[str]) -> int:
+    """`mount -t tmpfs -o OPTS tmpfs DIR`, `mount -o remount,OPTS DIR`, `mount --bind SRC DST`: the
+    mount point must exist (and for a remount be mounted), as for util-linux `mount`. A bind inside
+    the fake `unshare --mount` stays in that namespace; elsewhere it is the host's."""
+    if not _may_mount("mount"):
+        return 32
+    table = mounts(root)
+    match args:
+        case ["-t", fstype, "-o", options, _source, target] if not options.startswith("remount"):
+            entry = {"type": fstype, "options": options}
+        case ["-o", options, target] if options.startswith("remount,"):
+            if target not in table:
+                print(f"mount: {target}: mount point not mounted or bad option.", file=sys.stderr)
+                return 32
+            entry = {**table[target], "options": options.removeprefix("remount,")}
+        case ["--bind", source, target]:
+            if not (root / source.lstrip("/")).is_dir():
+                print(f"mount: {target}: special device {source} does not exist.", file=sys.stderr)
+                return 32
+            entry = {"type": "bind", "source": source}
+        case _:
+            print(f"mount: fake: unsupported arguments {args}", file=sys.stderr)
+            return 1
+    if not (root / target.lstrip("/")).is_dir():
+        print(f"mount: {target}: mount point does not exist.", file=sys.stderr)
+        return 32
+    if entry["type"] == "bind" and os.environ.get(_NS_PRIVATE):
+        if target == "/dev/shm":
+            os.environ[_NS_DEV_SHM] = entry["source"]
+        return 0
+    write_file(root / MOUNTS_STATE, json.dumps({**table, target: entry}))
+    return 0
+
+
+def mountpoint(root: Path, args: list[str]) -> int:
+    """`mountpoint -q DIR`: 0 when the fake `mount` mounted DIR, else 32 (util-linux's 'not one')."""
+    target = args[-1] if args else ""
+    return 0 if target in mounts(root) else 32
+
+
+def _shell(root: Path, args: list[str]) -> int:
+    """`sh -c 'A && exec B' NAME ARG...`: simple commands joined by `&&`, `"$1"`.. replaced, each run
+    by its fake; enough for the command lines the product passes, not a shell."""
+    if len(args) < 2 or args[0] != "-c":
+        print(f"sh: fake: only -c SCRIPT is supported, got {args}", file=sys.stderr)
+        return 2
+    positional = args[3:]
+    for part in args[1].split("&&"):
+        words = shlex.split(part)
+        words = words[1:] if words[:1] == ["exec"] else words
+        words = [re.sub(r"^\$(\d)$", lambda m: positional[int(m.group(1)) - 1], w) for w in words]
+        fake = _NS_FAKES.get(words[0]) if words else None
+        if fake is None:
+            print(f"sh: {words[0] if words else ''}: not found", file=sys.stderr)
+            return 127
+        if (rc := fake(root, words[1:])) != 0:
+            return rc
+    return 0
+
+
+def unshare(root: Path, args: list[str]) -> int:
+    """`unshare --mount [--propagation private] -- COMMAND...`: COMMAND runs in a mount namespace of
+    its own; its binds do not reach the host (a real namespace needs CAP_SYS_ADMIN, as here)."""
+    if "--" not in args:
+        print("unshare: fake: expects OPTIONS -- COMMAND", file=sys.stderr)
+        return 1
+    split = args.index("--")
+    options, command = args[:split], args[split + 1 :]
+    if not _may_mount("unshare: unshare failed"):
+        return 1
+    fake = _NS_FAKES.get(command[0]) if command else None
+    if fake is None:
+        print(f"unshare: failed to execute {command[:1]}: No such file or directory", file=sys.stderr)
+        return 127
+    outside = {key: os.environ.get(key) for key in (_NS_PRIVATE, _NS_DEV_SHM)}
+    if "--mount" in options and options[options.index("--mount") + 1 :][:2] != ["--propagation", "shared"]:
+        os.environ[_NS_PRIVATE] = "1"
+    try:
+        return fake(root, command[1:])
+    finally:  # the namespace ends with the command (a caller in this process is outside it)
+        for key, value in outside.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
 def mps_control(root: Path, args: list[str]) -> int:
     """`nvidia-cuda-mps-control`: `-d` starts the daemon (its control pipe and log appear under
-    CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY on the host root); without arguments it reads
-    commands from stdin, as the real client does, and fails when no daemon listens."""
+    CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY on the host root; `dev_shm` in its state is the
+    host directory it has as /dev/shm, `/dev/shm` itself unless started under the fake `unshare` with
+    a bind); without arguments it reads commands from stdin, as the real client does, and fails when
+    no daemon listens."""
     state = mps_state(root)
     pipe = root / os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps").lstrip("/")
     logs = root / os.environ.get("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps").lstrip("/")
@@ -818,7 +933,12 @@ def mps_control(root: Path, args: list[str]) -> int:
         (pipe / "control").write_text("")
         with (logs / "control.log").open("a") as out:
             out.write("Starting control daemon\n")
-        state = {"running": True, "pipe_dir": str(pipe.relative_to(root)), "defaults": []}
+        state = {
+            "running": True,
+            "pipe_dir": str(pipe.relative_to(root)),
+            "dev_shm": os.environ.get(_NS_DEV_SHM, "/dev/shm"),
+            "defaults": [],
+        }
     elif args:
         print(f"nvidia-cuda-mps-control: unknown option {args[0]}", file=sys.stderr)
         return 1
@@ -856,7 +976,12 @@ FAKES: dict[str, Fake] = {
     "nvidia-cuda-mps-control": mps_control,
     "update-initramfs": _no_op,
     "dracut": _no_op,
+    "mount": mount,
+    "mountpoint": mountpoint,
+    "unshare": unshare,
 }
+# What the fake `unshare` and `sh -c` can run: `sh` only there, so no playbook gets a pretend shell.
+_NS_FAKES: dict[str, Fake] = {**FAKES, "sh": _shell}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 AMD: `/dev/kfd` plus each GPU's `/dev/dri/card*` and `renderD*`, and ROCR_VISIBLE_DEVICES /
 HIP_VISIBLE_DEVICES by unique id (`GPU-<unique_id>`). NVIDIA: `/dev/nvidia<N>`, `/dev/nvidiactl`,
-`/dev/nvidia-uvm*` (+ MIG caps) and NVIDIA_VISIBLE_DEVICES by UUID. With CDI the device nodes are
+`/dev/nvidia-uvm*` (+ MIG caps) and NVIDIA_VISIBLE_DEVICES by UUID; MPS replicas add the control
+daemon's pipe directory and its shared memory (`<root>/shm` as `/dev/shm`). With CDI the device nodes are
 left to the runtime (CDI names in the CRI field and the `cdi.k8s.io/` annotation).
 """
 
@@ -16,6 +17,7 @@ from gpuop_common.gpu.cdi import visible_devices_env
 
 from gpuop_device_plugin.cdi import cdi_device_name
 from gpuop_device_plugin.devices import HEALTHY, MpsClients, PluginDevice
+from gpuop_device_plugin.mps import DEV_SHM
 
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 
@@ -36,7 +38,8 @@ class DeviceNode:
 
 @dataclass(frozen=True, slots=True)
 class HostMount:
-    path: str  # the same path in the container and on the host
+    host_path: str
+    container_path: str
     read_only: bool = False
 
 
@@ -107,7 +110,9 @@ def grant(
     mounts: tuple[HostMount, ...] = ()
     if mps is not None:
         envs.update(mps_env(chosen, mps))
-        mounts = (HostMount(mps.pipe_dir),)
+        # Clients attach through the pipes and POSIX shared memory: the daemon's /dev/shm (a tmpfs
+        # at <root>/shm) replaces the container's own private one, read-write as segments are made.
+        mounts = (HostMount(mps.pipe_dir, mps.pipe_dir), HostMount(mps.shm_dir, DEV_SHM))
     if cdi:
         names = tuple(_unique([cdi_device_name(d) for d in chosen]))
         key = CDI_ANNOTATION_PREFIX + "gpuop-device-plugin_" + resource.replace("/", "_")

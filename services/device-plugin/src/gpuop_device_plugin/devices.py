@@ -48,9 +48,11 @@ class PluginDevice:
 @dataclass(frozen=True, slots=True)
 class MpsClients:
     """What an MPS client container needs: the control daemon's pipe directory (host path, mounted
-    at the same path) and the per-client compute share."""
+    at the same path), its shared-memory directory (host path, mounted at /dev/shm) and the
+    per-client compute share."""
 
     pipe_dir: str
+    shm_dir: str
     active_thread_percentage: int
 
 

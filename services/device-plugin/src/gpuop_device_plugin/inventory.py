@@ -27,7 +27,12 @@ from gpuop_device_plugin.devices import (
     ResourcePlan,
     replica_id,
 )
-from gpuop_device_plugin.mps import client_memory_limit_mib, mps_pipe_dir, thread_percentage
+from gpuop_device_plugin.mps import (
+    client_memory_limit_mib,
+    mps_pipe_dir,
+    mps_shm_dir,
+    thread_percentage,
+)
 
 AMD_DOMAIN = "amd.com"
 NVIDIA_DOMAIN = "nvidia.com"
@@ -207,7 +212,9 @@ def mps_clients(sharing: Sharing, shared: frozenset[str]) -> dict[str, MpsClient
     """The MPS client settings of each MPS-shared resource."""
     if sharing.mps is None:
         return {}
-    return {name: MpsClients(mps_pipe_dir(sharing.mps), thread_percentage(sharing.mps)) for name in shared}
+    mps = sharing.mps
+    clients = MpsClients(mps_pipe_dir(mps), mps_shm_dir(mps), thread_percentage(mps))
+    return dict.fromkeys(shared, clients)
 
 
 def build_plan(

@@ -2,8 +2,10 @@
 
 Layout under `sharing.mps.root` on the host (default `/run/gpuop/mps`), as NVIDIA's
 mps-control-daemon keeps it under its `mpsRoot`: `pipe/` (CUDA_MPS_PIPE_DIRECTORY, the control
-daemon's socket and FIFOs), `log/` (CUDA_MPS_LOG_DIRECTORY) and `ready.json`, written by the daemon
-once it runs with the node's current settings. The plugin advertises MPS replicas only while
+daemon's socket and FIFOs), `log/` (CUDA_MPS_LOG_DIRECTORY), `shm/` (a tmpfs: the daemon's and every
+client's /dev/shm, since MPS clients attach through POSIX shared memory as well as the pipes, and a
+container's own /dev/shm is private) and `ready.json`, written by the daemon once it runs with the
+node's current settings. The plugin advertises MPS replicas only while
 `ready.json` matches what it would advertise, so no pod gets a replica without a daemon behind it.
 """
 
@@ -20,6 +22,12 @@ from gpuop_common.gpu import GpuDevice, Vendor
 READY_FILE = "ready.json"
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 MIB = 1 << 20
+DEV_SHM = "/dev/shm"
+# World-writable and sticky like a host's /dev/shm: the control daemon starts each MPS server as the
+# uid of its first client, and that server creates the segments its clients open.
+SHM_MODE = "1777"
+# The kernel's own tmpfs default, written out so that a remount after `shmSizeMiB` is unset resets it.
+SHM_DEFAULT_SIZE = "50%"
 
 
 def mps_pipe_dir(mps: Mps) -> str:
@@ -28,6 +36,38 @@ def mps_pipe_dir(mps: Mps) -> str:
 
 def mps_log_dir(mps: Mps) -> str:
     return f"{mps.root.rstrip('/')}/log"
+
+
+def mps_shm_dir(mps: Mps) -> str:
+    return f"{mps.root.rstrip('/')}/shm"
+
+
+def shm_mount_argv(mps: Mps, *, mounted: bool) -> list[str]:
+    """The host command that puts (or, `mounted`, re-sizes) the tmpfs at `<root>/shm`.
+
+    In the host's mount namespace (the chart's Bidirectional mount of the root), so that the clients'
+    containers, which mount the host's `<root>/shm`, see the same tmpfs as the daemon."""
+    size = f"{mps.shm_size_mib}m" if mps.shm_size_mib is not None else SHM_DEFAULT_SIZE
+    options = f"nosuid,nodev,mode={SHM_MODE},size={size}"
+    if mounted:
+        return ["mount", "-o", f"remount,{options}", mps_shm_dir(mps)]
+    return ["mount", "-t", "tmpfs", "-o", options, "tmpfs", mps_shm_dir(mps)]
+
+
+def shm_mounted_argv(mps: Mps) -> list[str]:
+    """The host command that exits 0 exactly when `<root>/shm` is already a mount point."""
+    return ["mountpoint", "-q", mps_shm_dir(mps)]
+
+
+def daemon_start_argv(mps: Mps) -> list[str]:
+    """The host command that starts the control daemon with `<root>/shm` as its /dev/shm.
+
+    The bind is made in a mount namespace of its own (`unshare --mount`, private propagation), so only
+    the daemon, which forks into the background and keeps that namespace, and the MPS servers it
+    starts see it; the host's /dev/shm stays as it is and no client needs it."""
+    script = f'mount --bind "$1" {DEV_SHM} && exec {CONTROL_BINARY} -d'
+    namespace = ["unshare", "--mount", "--propagation", "private", "--"]
+    return [*namespace, "sh", "-c", script, "mps-control", mps_shm_dir(mps)]
 
 
 def client_memory_limit_mib(gpu: GpuDevice, mps: Mps) -> int | None:

@@ -1,8 +1,9 @@
 """gpuop-mps-control-daemon: runs NVIDIA's MPS control daemon on a node whose config asks for MPS.
 
 Its own DaemonSet in the device-plugin chart (as NVIDIA's `mps-control-daemon`). It reads the same
-`devicePlugin` ConfigMap as the plugin; with `sharing.mps` set it starts `nvidia-cuda-mps-control -d`
-on the host (through `--host-exec`, `chroot /host` in the pod) for the node's whole NVIDIA GPUs,
+`devicePlugin` ConfigMap as the plugin; with `sharing.mps` set it mounts a tmpfs at `<root>/shm` and
+starts `nvidia-cuda-mps-control -d` on the host (through `--host-exec`, `chroot /host` in the pod),
+with that tmpfs bound over /dev/shm in its own mount namespace, for the node's whole NVIDIA GPUs,
 sets the per-client defaults (active thread percentage, pinned memory per GPU), and then writes
 `ready.json` under `sharing.mps.root`; the plugin advertises MPS replicas only after that. On a
 config change the defaults are re-sent (and `ready.json` rewritten); with MPS off, or on SIGTERM,
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -35,9 +37,13 @@ from gpuop_device_plugin.mps import (
     READY_FILE,
     DaemonState,
     control_commands,
+    daemon_start_argv,
     daemon_state,
     mps_log_dir,
     mps_pipe_dir,
+    mps_shm_dir,
+    shm_mount_argv,
+    shm_mounted_argv,
 )
 
 log = logging.getLogger(__name__)
@@ -59,22 +65,21 @@ class MpsCommandError(RuntimeError):
 
 
 class MpsControl:
-    """`nvidia-cuda-mps-control` on the host: start (`-d`) and commands on its stdin."""
+    """Host commands of the MPS setup (through the host-exec prefix), with the MPS directories in
+    their environment: the tmpfs mount, the daemon's start and `nvidia-cuda-mps-control` commands."""
 
     def __init__(self, prefix: Sequence[str]) -> None:
         self.prefix = list(prefix)
 
-    def run(self, mps: Mps, args: Sequence[str] = (), commands: Sequence[str] = ()) -> None:
+    def _run(self, mps: Mps, argv: Sequence[str], stdin: str) -> subprocess.CompletedProcess[str]:
         env = {
             **os.environ,
             "CUDA_MPS_PIPE_DIRECTORY": mps_pipe_dir(mps),
             "CUDA_MPS_LOG_DIRECTORY": mps_log_dir(mps),
         }
-        argv = [*self.prefix, CONTROL_BINARY, *args]
-        stdin = "".join(f"{c}\n" for c in commands)
         try:
-            done = subprocess.run(
-                argv,
+            return subprocess.run(
+                [*self.prefix, *argv],
                 input=stdin,
                 env=env,
                 capture_output=True,
@@ -83,12 +88,20 @@ class MpsControl:
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise MpsCommandError(f"{CONTROL_BINARY} {' '.join(args)} could not run: {exc}") from exc
+            raise MpsCommandError(f"{shlex.join(argv)} could not run: {exc}") from exc
+
+    def run(self, mps: Mps, argv: Sequence[str], commands: Sequence[str] = ()) -> None:
+        done = self._run(mps, argv, "".join(f"{c}\n" for c in commands))
         if done.returncode != 0:
             tail = (done.stderr or done.stdout or "no output").strip()[-400:]
-            raise MpsCommandError(
-                f"{CONTROL_BINARY} {' '.join(args)} failed (exit {done.returncode}): {tail}"
-            )
+            raise MpsCommandError(f"{shlex.join(argv)} failed (exit {done.returncode}): {tail}")
+
+    def succeeds(self, mps: Mps, argv: Sequence[str]) -> bool:
+        return self._run(mps, argv, "").returncode == 0
+
+    def send(self, mps: Mps, commands: Sequence[str]) -> None:
+        """Commands to the running control daemon, on the client's stdin."""
+        self.run(mps, [CONTROL_BINARY], commands)
 
 
 class MpsDaemonManager:
@@ -120,13 +133,18 @@ class MpsDaemonManager:
         if self.running is not None and self.running.root != mps.root:
             self.stop()
         if self.running is None:
-            for sub in (mps_pipe_dir(mps), mps_log_dir(mps)):
+            for sub in (mps_pipe_dir(mps), mps_log_dir(mps), mps_shm_dir(mps)):
                 (self.host_root / sub.lstrip("/")).mkdir(parents=True, exist_ok=True)
-            self.control.run(mps, ["-d"])
+            # Mounted already when this pod restarted (the tmpfs outlives it on the host): re-sized.
+            mounted = self.control.succeeds(mps, shm_mounted_argv(mps))
+            self.control.run(mps, shm_mount_argv(mps, mounted=mounted))
+            self.control.run(mps, daemon_start_argv(mps))
             log.info("MPS control daemon started", extra={"gpus": list(state.gpus)})
+        elif self.running.shm_size_mib != mps.shm_size_mib:
+            self.control.run(mps, shm_mount_argv(mps, mounted=True))  # tmpfs re-sizes in place
         self.running = mps
         if state != self.state:
-            self.control.run(mps, commands=control_commands(state))
+            self.control.send(mps, control_commands(state))
             _write_atomic(self._dir(mps) / READY_FILE, state.to_json())
             self.state = state
             log.info("MPS defaults set", extra={"commands": control_commands(state)})
@@ -137,7 +155,7 @@ class MpsDaemonManager:
         mps, self.running, self.state = self.running, None, None
         (self._dir(mps) / READY_FILE).unlink(missing_ok=True)  # first: no new replica without a daemon
         try:
-            self.control.run(mps, commands=["quit"])
+            self.control.send(mps, ["quit"])
         except MpsCommandError as exc:
             log.warning("stopping the MPS control daemon failed", extra={"error": str(exc)})
         log.info("MPS control daemon stopped")

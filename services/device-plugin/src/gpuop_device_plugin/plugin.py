@@ -122,7 +122,8 @@ def container_response(result: ContainerGrant) -> dp.ContainerAllocateResponse:
         annotations=result.annotations,
         cdi_devices=[dp.CDIDevice(name=name) for name in result.cdi_devices],
         mounts=[
-            dp.Mount(container_path=m.path, host_path=m.path, read_only=m.read_only) for m in result.mounts
+            dp.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in result.mounts
         ],
     )
 

@@ -145,7 +145,14 @@ class Mps(ConfigModel):
         description="Refuse at Allocate a container asking for more than one replica (NVIDIA's MPS default).",
     )
     root: AbsolutePath = Field(
-        "/run/gpuop/mps", description="Host directory of the control daemon's pipes and logs."
+        "/run/gpuop/mps", description="Host directory of the control daemon's pipes, logs and shared memory."
+    )
+    shm_size_mib: Annotated[int, Field(ge=1, le=1 << 24)] | None = Field(
+        None,
+        exclude_if=_unset,
+        alias="shmSizeMiB",
+        description="Size of the tmpfs at `<root>/shm`, the daemon's and its clients' /dev/shm, MiB "
+        "(default: the kernel's tmpfs default, half the node's memory; used pages only count).",
     )
 
 

@@ -171,6 +171,7 @@ def build_node_root(
     if any(dest.iterdir()):
         raise FileExistsError(f"node root {dest} is not empty")
     info = spec.build(dest, node_name or profile, driver_loaded)
+    (dest / "dev" / "shm").mkdir(parents=True, exist_ok=True)  # every Linux host has it (MPS binds over it)
     if not driver_loaded:
         # A node the operator installs the driver on runs the driver playbooks against this root:
         # it needs what a freshly provisioned host has (an OS, a kernel, containerd).
