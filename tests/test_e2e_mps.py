@@ -4,7 +4,8 @@ The umbrella chart as installed (the MPS control daemon's DaemonSet is on by def
 operator, plugin, labeller and `gpuop-mps-control-daemon` processes. The user applies a DeviceConfig
 with `devicePlugin.sharing.mps`; the operator projects it into the plugin's ConfigMap (which the
 daemon reads too), the labeller marks the node `nvidia.com/mps.capable=true`, the daemon's pod is
-scheduled there and starts the host's (fake) `nvidia-cuda-mps-control`, and only then the plugin
+scheduled there, mounts the tmpfs at `<root>/shm` and starts the host's (fake)
+`nvidia-cuda-mps-control` with it as its /dev/shm, and only then the plugin
 advertises each GPU as `replicas` devices.
 """
 
@@ -100,6 +101,11 @@ def test_mps_deviceconfig_runs_the_control_daemon_then_the_plugin_advertises_rep
         # The host's daemon runs with the per-client defaults the plugin passes to containers.
         state = hostfakes.mps_state(node.root)
         assert state["running"] is True
+        # Its /dev/shm is the tmpfs at <root>/shm (what MPS clients get at /dev/shm), not the host's:
+        # the privileged pod could mount it and `unshare --mount` to bind it (CAP_SYS_ADMIN).
+        assert state["dev_shm"] == "/run/gpuop/mps/shm"
+        assert hostfakes.mounts(node.root)["/run/gpuop/mps/shm"]["type"] == "tmpfs"
+        assert "/dev/shm" not in hostfakes.mounts(node.root)
         assert f"set_default_active_thread_percentage {100 // REPLICAS}" in state["defaults"]
         assert sum(d.startswith("set_default_device_pinned_mem_limit ") for d in state["defaults"]) == (
             node.gpu_count

@@ -126,8 +126,13 @@ def test_the_mps_control_daemon_is_its_own_daemonset_on_mps_nodes_only() -> None
     # Its own probe port (docs/charts.md), not the labeller's 8082 on the same node.
     assert "--probe-port=8086" in args
     assert pod["containers"][0]["livenessProbe"]["httpGet"]["port"] == 8086
-    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
-    assert mounts["mps-root"] == "/host/run/gpuop/mps"
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["mps-root"]["mountPath"] == "/host/run/gpuop/mps"
+    # The tmpfs it mounts at <root>/shm reaches the host (the clients' /dev/shm); that, and its
+    # `unshare --mount`, need a privileged container.
+    assert mounts["mps-root"]["mountPropagation"] == "Bidirectional"
+    assert pod["containers"][0]["securityContext"]["privileged"] is True
+    assert pod["securityContext"]["runAsUser"] == 0  # capabilities are root's only
     # Neither DaemonSet's selector matches the other's pods.
     plugin_sel = plugin["spec"]["selector"]["matchLabels"].items()
     assert not plugin_sel <= mps["spec"]["template"]["metadata"]["labels"].items()
