@@ -93,9 +93,13 @@ def local_base() -> str:
         tar = subprocess.Popen(
             ["tar", "-C", str(BASE_ROOT), "--exclude=./.gpuop-complete", "-c", "."], stdout=subprocess.PIPE
         )
-        subprocess.run(
-            ["podman", *STORAGE, "import", "-", LOCAL_BASE], stdin=tar.stdout, check=True, capture_output=True
-        )
+        # pip's and uv's own CA bundles would not hold those CAs: point them at the system store.
+        trust = [
+            f"--change=ENV {name}=/etc/ssl/certs/ca-certificates.crt"
+            for name in ("SSL_CERT_FILE", "PIP_CERT")
+        ]
+        importing = ["podman", *STORAGE, "import", *trust, "-", LOCAL_BASE]
+        subprocess.run(importing, stdin=tar.stdout, check=True, capture_output=True)
         tar.wait()
     return LOCAL_BASE
 
