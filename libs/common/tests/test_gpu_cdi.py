@@ -12,6 +12,7 @@ from gpuop_common.gpu.cdi import (
     CdiSpecError,
     device_node_edits,
     validate_spec,
+    versioned,
     visible_devices_env,
     write_spec_file,
 )
@@ -60,6 +61,8 @@ def test_a_good_spec_validates() -> None:
             "appear twice",
         ),
         ({"devices": [{"name": "a", "containerEdits": {}, "extra": 1}]}, "extra"),
+        ({"cdiVersion": "0.9.0"}, "not a CDI version"),
+        ({"cdiVersion": "0.4.0", "annotations": {"a": "b"}}, "lower than 0.6.0"),
     ],
 )
 def test_bad_specs_are_refused_naming_the_field(changes: dict[str, Any], field: str) -> None:
@@ -87,3 +90,31 @@ def test_write_spec_file_is_atomic_and_skips_unchanged_text(tmp_path: Path) -> N
     assert not write_spec_file(path, spec())
     assert write_spec_file(path, spec(kind="other.dev/x"))
     assert [p.name for p in path.parent.iterdir()] == ["x.json"]  # no temp files left behind
+
+
+def device(name: str = "gpu0", **edits: Any) -> dict[str, Any]:
+    return {"name": name, "containerEdits": {"deviceNodes": [{"path": "/dev/kfd", **edits}]}}
+
+
+@pytest.mark.parametrize(
+    ("body", "version"),
+    [
+        ({"kind": "amd.com/gpu", "devices": [device()]}, "0.3.0"),
+        # The dots the CDI library minds are in the class, not the vendor.
+        ({"kind": "k8s.gpu.gpuop.dev/claim", "devices": [device()]}, "0.3.0"),
+        ({"kind": "amd.com/gpu", "devices": [device("0000:03:00.0")]}, "0.5.0"),
+        ({"kind": "amd.com/gpu", "devices": [device(hostPath="/dev/kfd")]}, "0.5.0"),
+        ({"kind": "amd.com/gpu", "devices": [device()], "annotations": {"a": "b"}}, "0.6.0"),
+        ({"kind": "amd.com/gpu", "devices": [{**device(), "annotations": {"a": "b"}}]}, "0.6.0"),
+        ({"kind": "amd.com/gpu.mi300", "devices": [device("0")]}, "0.6.0"),
+    ],
+)
+def test_versioned_writes_the_lowest_version_the_features_need(body: dict[str, Any], version: str) -> None:
+    spec = versioned(body)
+    assert spec == {**body, "cdiVersion": version}
+    validate_spec(spec)
+
+
+def test_versioned_refuses_an_invalid_spec() -> None:
+    with pytest.raises(CdiSpecError, match="devices"):
+        versioned({"kind": "amd.com/gpu", "devices": []})

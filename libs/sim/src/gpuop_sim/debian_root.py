@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuop_sim import hostfakes
+from gpuop_sim import apt_tools, hostfakes
 from gpuop_sim.bare_host import lay_bare_host
 
 SUITE = "bookworm"
@@ -58,20 +58,12 @@ def default_cache_dir() -> Path:
 
 
 def missing_tools() -> list[str]:
-    return [tool for tool in TOOLS if shutil.which(tool) is None]
+    return apt_tools.missing_tools(TOOLS)
 
 
 def ensure_tools() -> list[str]:
     """Install the Debian packages of missing tools (root with apt only); returns what is still missing."""
-    missing = missing_tools()
-    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
-        packages = sorted({TOOLS[tool] for tool in missing})
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
-        if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
-            subprocess.run(install, env=env, capture_output=True, check=False)
-    return missing_tools()
+    return apt_tools.ensure_tools(TOOLS)
 
 
 @contextmanager

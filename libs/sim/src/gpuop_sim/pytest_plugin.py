@@ -7,3 +7,4 @@ service's tests get `sim_apiserver`, fixture GPU roots and the kubelet emulator 
 from gpuop_sim.apiserver.fixtures import *  # noqa: F403
 from gpuop_sim.kubelet.fixtures import *  # noqa: F403
 from gpuop_sim.nodes.fixtures import *  # noqa: F403
+from gpuop_sim.oci_fixtures import *  # noqa: F403

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuop_common.gpu import Vendor
-from gpuop_common.gpu.cdi import CDI_VERSION, DEFAULT_CDI_DIR, device_node_edits, write_spec_file
+from gpuop_common.gpu.cdi import DEFAULT_CDI_DIR, device_node_edits, versioned, write_spec_file
 
 from gpuop_device_plugin.devices import PluginDevice
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CDI_VERSION", "DEFAULT_CDI_DIR", "build_spec", "cdi_device_name", "cdi_kind", "write_spec"]
+__all__ = ["DEFAULT_CDI_DIR", "build_spec", "cdi_device_name", "cdi_kind", "write_spec"]
 _KINDS = {Vendor.AMD: "amd.com/gpu", Vendor.NVIDIA: "nvidia.com/gpu"}
 
 
@@ -43,8 +43,7 @@ def build_spec(vendor: Vendor, devices: Iterable[PluginDevice]) -> dict[str, Any
     for device in devices:
         if device.vendor == vendor:
             entries.setdefault(device.base_id, list(device.device_nodes))
-    return {
-        "cdiVersion": CDI_VERSION,
+    spec: dict[str, Any] = {
         "kind": cdi_kind(vendor),
         "devices": [
             {
@@ -54,6 +53,8 @@ def build_spec(vendor: Vendor, devices: Iterable[PluginDevice]) -> dict[str, Any
             for name, nodes in sorted(entries.items())
         ],
     }
+    # A spec needs a device to be valid; without one write_spec removes the file instead.
+    return versioned(spec) if spec["devices"] else spec
 
 
 def write_spec(directory: Path, vendor: Vendor, spec: dict[str, Any]) -> bool:

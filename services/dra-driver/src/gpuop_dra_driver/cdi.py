@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuop_common.gpu import Vendor
-from gpuop_common.gpu.cdi import CDI_VERSION, device_node_edits, qualified_name, visible_devices_env
+from gpuop_common.gpu.cdi import device_node_edits, qualified_name, versioned, visible_devices_env
 
 from gpuop_dra_driver.claims import AllocatedDevice
 
@@ -42,15 +42,16 @@ def claim_spec(
         ids = [a.device.visible_id for a in allocated if a.device.vendor == vendor]
         env += [f"{k}={v}" for k, v in visible_devices_env(vendor, ids).items()]
     unique = {a.device.name: a.device for a in allocated}
-    return {
-        "cdiVersion": CDI_VERSION,
-        "kind": CDI_KIND,
-        "containerEdits": {"env": env},
-        "devices": [
-            {
-                "name": cdi_device(claim_uid, name),
-                "containerEdits": {"deviceNodes": device_node_edits(device.device_nodes)},
-            }
-            for name, device in sorted(unique.items())
-        ],
-    }
+    return versioned(
+        {
+            "kind": CDI_KIND,
+            "containerEdits": {"env": env},
+            "devices": [
+                {
+                    "name": cdi_device(claim_uid, name),
+                    "containerEdits": {"deviceNodes": device_node_edits(device.device_nodes)},
+                }
+                for name, device in sorted(unique.items())
+            ],
+        }
+    )

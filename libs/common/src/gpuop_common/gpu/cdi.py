@@ -5,6 +5,11 @@ model follows the CDI specification (github.com/cncf-tags/container-device-inter
 the fields gpuop writes: it rejects what a CDI-enabled runtime (containerd, CRI-O) would refuse to
 load — a malformed kind or device name, a relative device path, an env entry without `=` — so a
 bad spec fails in our tests instead of at container start.
+
+`cdiVersion` is the lowest version whose features the spec uses (`required_version`), by the CDI
+library's own rule (`specs-go/version.go`, `MinimumRequiredVersion`): runtimes in service carry
+older CDI libraries (podman 4.3 and containerd 1.7 know 0.5.0 at most) and refuse a version they do
+not know, even for a spec that uses nothing newer.
 """
 
 from __future__ import annotations
@@ -17,13 +22,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuop_common.gpu.models import Vendor
 
 log = logging.getLogger(__name__)
 
-CDI_VERSION = "0.6.0"
+# The spec versions the CDI library knows, oldest first; it refuses any other.
+KNOWN_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0")
+EARLIEST_VERSION = "0.3.0"  # the library's floor: what a spec using no later feature says
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 # What ROCm (ROCR/HIP) and the NVIDIA container toolkit read to pick the visible devices.
 VISIBLE_DEVICES_ENV: dict[Vendor, tuple[str, ...]] = {
@@ -98,6 +105,62 @@ class CdiSpec(_Strict):
         if duplicates:
             raise ValueError(f"device names appear twice: {', '.join(duplicates)}")
         return value
+
+    @model_validator(mode="after")
+    def _version_covers_features(self) -> CdiSpec:
+        # The library's ValidateVersion: a known version, and no lower than the features need.
+        if self.cdiVersion not in KNOWN_VERSIONS:
+            raise ValueError(
+                f"cdiVersion {self.cdiVersion!r} is not a CDI version ({', '.join(KNOWN_VERSIONS)})"
+            )
+        needed = required_version(self)
+        if _version_key(needed) > _version_key(self.cdiVersion):
+            raise ValueError(
+                f"cdiVersion {self.cdiVersion} is lower than {needed}, which the spec's features need"
+            )
+        return self
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def _needs_v050(spec: CdiSpec) -> bool:
+    # 0.5.0 allowed device names that start with a digit (PCI addresses, claim uids) and `hostPath`.
+    if any(not device.name[0].isalpha() for device in spec.devices):
+        return True
+    edits = [device.containerEdits for device in spec.devices]
+    edits += [spec.containerEdits] if spec.containerEdits else []
+    return any(node.hostPath for edit in edits for node in edit.deviceNodes)
+
+
+def _needs_v060(spec: CdiSpec) -> bool:
+    # 0.6.0 allowed annotations (spec or device) and dots in the kind's class.
+    if spec.annotations or any(device.annotations for device in spec.devices):
+        return True
+    return "." in spec.kind.partition("/")[2]
+
+
+def required_version(spec: CdiSpec) -> str:
+    """The lowest CDI version whose features the spec uses (the library's MinimumRequiredVersion).
+
+    The 0.4.0 rule (mount `type`) and the 0.7.0 rules (`intelRdt`, `additionalGIDs`) concern fields
+    the model does not allow, so they cannot apply.
+    """
+    if _needs_v060(spec):
+        return "0.6.0"
+    if _needs_v050(spec):
+        return "0.5.0"
+    return EARLIEST_VERSION
+
+
+def versioned(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with `cdiVersion` set to the lowest version its features need.
+
+    Raises CdiSpecError when the spec is invalid apart from its version.
+    """
+    draft = validate_spec({**spec, "cdiVersion": KNOWN_VERSIONS[-1]})
+    return {**spec, "cdiVersion": required_version(draft)}
 
 
 def validate_spec(spec: dict[str, Any]) -> CdiSpec:

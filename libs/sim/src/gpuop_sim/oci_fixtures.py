@@ -1,0 +1,35 @@
+"""Pytest fixtures for the real OCI tools; re-exported by gpuop_sim.pytest_plugin.
+
+`cdi_judge`: a CdiJudge (podman + runc, a busybox image in a store of the test's own, an empty CDI
+host view) for tests whose judge is a real runtime; skips, naming why, without root or podman.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuop_sim.oci import CdiHost, CdiJudge, Podman, ensure_tools
+from gpuop_sim.shortpaths import short_tmp_dir
+
+__all__ = ["cdi_judge"]
+
+
+@pytest.fixture
+def cdi_judge(tmp_path: Path) -> Iterator[CdiJudge]:
+    if os.geteuid() != 0:
+        pytest.skip("podman with runc needs root here (mount namespaces, mknod, cgroups)")
+    missing = ensure_tools()
+    if missing:
+        pytest.skip(f"missing and not installable through apt: {', '.join(missing)}")
+    store = short_tmp_dir("gp-")  # podman refuses a run root over 50 characters
+    try:
+        podman = Podman(store)
+        image = podman.import_busybox(tmp_path)
+        yield CdiJudge(podman, image, CdiHost(tmp_path / "cdi-host"))
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
