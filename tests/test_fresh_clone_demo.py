@@ -11,14 +11,18 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from gpuop_sim.shortpaths import short_tmp_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 UV = ROOT / ".tools" / "bin" / "uv"
@@ -48,8 +52,18 @@ def stop_demo(make: subprocess.Popen[str]) -> None:
             child.send_signal(signal.SIGINT)
 
 
-def test_make_demo_on_a_fresh_clone_installs_the_chart_and_a_node_reaches_ready(tmp_path: Path) -> None:
-    clone = git_clone(tmp_path / "gpuop")
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A folder other users can enter, as a user's checkout is: the demo's containers run as their
+    image's user (65532) and read the clone's .venv (pytest's own tmp_path is 0700)."""
+    path = short_tmp_dir("clone-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.timeout(660)  # its own make install included, on 2 busy cores
+def test_make_demo_on_a_fresh_clone_installs_the_chart_and_a_node_reaches_ready(open_dir: Path) -> None:
+    clone = git_clone(open_dir / "gpuop")
     args = "--amd-nodes 1 --nvidia-nodes 0 --no-partition --no-break --no-live --duration 400"
     started = time.monotonic()
     make = subprocess.Popen(
@@ -85,7 +99,9 @@ def test_make_demo_on_a_fresh_clone_installs_the_chart_and_a_node_reaches_ready(
 
 def test_gpuop_sim_wheel_in_a_fresh_venv_serves_openapi(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
-    for package in ("gpuop-common", "gpuop-sim"):
+    sources = tomllib.loads((ROOT / "libs/sim/pyproject.toml").read_text())["tool"]["uv"]["sources"]
+    workspace = [name for name, source in sources.items() if source.get("workspace")]
+    for package in (*workspace, "gpuop-sim"):  # its workspace dependencies are on no registry
         subprocess.run(
             [str(UV), "build", "--quiet", "--wheel", "--package", package, "--out-dir", str(dist)],
             cwd=ROOT,

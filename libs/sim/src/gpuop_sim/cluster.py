@@ -198,17 +198,24 @@ class SimCluster:
         self.kubelets: SimKubelets | None = None
 
     def _check_reachable_by_containers(self) -> None:
-        """Process containers run as their image's user: refuse a state dir or kubeconfig they could
-        not reach (a 0700 parent, as tempfile.mkdtemp makes), rather than fail in every pod later."""
+        """Process containers run as their image's user: refuse a state dir, kubeconfig or Python
+        environment they could not reach (a 0700 parent, as tempfile.mkdtemp makes, or a checkout
+        under root's own 0700 home), rather than leave every pod to crash later. On a node the
+        image's files are always reachable; here the environment (`sys.prefix`) stands for them."""
         if self.pods_mode != "process" or os.geteuid() != 0:
             return
-        for path in (self.state_dir, self.kubeconfig.parent):
+        reached = (
+            (self.state_dir, "the node roots and volumes"),
+            (self.kubeconfig.parent, "the kubeconfig"),
+            (Path(sys.prefix), "the Python environment their programs run from"),
+        )
+        for path, what in reached:
             closed = untraversable_parent(path)
             if closed is not None:
                 raise ValueError(
                     f"{closed} (under {path}) is closed to other users; process-mode containers run "
-                    "as their image's user (e.g. 65532) and could not reach the node roots, volumes "
-                    "and kubeconfig: make it 0755 (or 1777 for a temp dir)"
+                    f"as their image's user (e.g. 65532) and could not reach {what}: make it 0755 "
+                    "(or 1777 for a temp dir), or move the checkout"
                 )
 
     # -- lifecycle -------------------------------------------------------------------------------
