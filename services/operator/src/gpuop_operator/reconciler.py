@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from gpuop_operator import views
 from gpuop_operator.cache import WatchCache, object_key
 from gpuop_operator.crd import GROUP, KIND, VERSION
+from gpuop_operator.drain import ControlPods
 from gpuop_operator.driverflow import DriverPlan, FailedRun, plan_driver
 from gpuop_operator.driverflow import installed as driver_installed
 from gpuop_operator.driverio import DriverWriter, pods_to_drain, read_failed_run
@@ -88,6 +89,7 @@ _API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
 class ReconcilerSettings:
     namespace: str  # where the operand DaemonSets, pods and ConfigMaps live (the Helm release's)
     release: str  # Helm release name: ConfigMap names and the pods' instance label
+    own_pod: str = ""  # the operator's pod name: never drained, whatever its release
     watch_namespace: str | None = None  # DeviceConfigs of one namespace; None = all
     workers: int = 8  # parallel node writes
     resync_interval: float = 300.0
@@ -180,6 +182,7 @@ class Reconciler:
             namespace=ns, release=settings.release, image=DEFAULT_JOB_IMAGE
         )
         self.job_settings = job_settings
+        self._control_pods = ControlPods(settings.namespace, settings.release, settings.own_pod)
         self.driver_writer = DriverWriter(
             kube, job_settings, events, lambda kind: self.metrics.writes.labels(kind).inc(), dry_run=dry_run
         )
@@ -460,7 +463,9 @@ class Reconciler:
             and (v.phase == "failed" or (v.phase == "succeeded" and v.operation == "gpu-reset"))
         )
         try:
-            node_pods = pods_to_drain(self.kube, selected, REMEDIATION_STATE_LABEL, "draining")
+            node_pods = pods_to_drain(
+                self.kube, selected, REMEDIATION_STATE_LABEL, "draining", control=self._control_pods
+            )
         except _API_ERRORS as exc:
             log.warning("listing pods to drain failed", extra={"error": _describe(exc)})
             return False, RemediationPlan(), list(nodes)
@@ -536,7 +541,7 @@ class Reconciler:
         jobs = self._job_views()
         ok = self._read_reports(v for v in jobs.values() if v.phase == "failed" and not v.run)
         try:
-            node_pods = pods_to_drain(self.kube, selected)
+            node_pods = pods_to_drain(self.kube, selected, control=self._control_pods)
         except _API_ERRORS as exc:
             log.warning("listing pods to drain failed", extra={"error": _describe(exc)})
             return False, DriverPlan(), list(nodes)
