@@ -329,7 +329,7 @@ class Reconciler:
         elif not held:
             remediation_held = self._playbook_missing(spec.remediation.playbook)
             if not remediation_held:
-                done, remediation_plan, nodes = self._remediate(owner, spec, nodes)
+                done, remediation_plan, nodes = self._remediate(owner, spec, nodes, pods)
                 ok &= done
         plan = plan_rollout(owner, spec, nodes, pods, installed=installed, driver_ready=driver_ready)
         ok &= self._apply(plan)
@@ -445,7 +445,7 @@ class Reconciler:
         return ok and not skipped
 
     def _remediate(
-        self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo]
+        self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo], pods: PodIndex
     ) -> tuple[bool, RemediationPlan, list[NodeInfo]]:
         """One pass of remediation over this DeviceConfig's nodes; the nodes as they are after."""
         selected = [
@@ -476,6 +476,7 @@ class Reconciler:
             jobs,
             reports=self._failed_runs,
             node_pods=node_pods,
+            operand_pods=pods.present,
             now=time.time(),
             active_elsewhere=sum(
                 1
