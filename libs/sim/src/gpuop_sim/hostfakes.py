@@ -528,8 +528,11 @@ def boot(root: Path, kernel: str | None = None) -> None:
     """What a reboot leaves: no loaded module, no driver device node; then, as systemd-modules-load
     does, the modules named in /etc/modules-load.d are loaded if built for the (new) kernel, and a
     profile's in-box driver (gpuop_sim.drivertree) is loaded as udev does for matching devices.
-    A power cycle ends every GPU fault (`gpuop_sim.faultstate`), those a reset cannot clear too."""
+    A power cycle ends every GPU fault (`gpuop_sim.faultstate`), those a reset cannot clear too, and
+    the freshly loaded driver counts RAS errors from 0 again."""
     faultstate.clear(root, reboot=True)
+    for counter in sorted(root.glob("sys/bus/pci/devices/*/ras/*_err_count")):
+        faultstate.zero_ras(root, str(counter.relative_to(root)))
     for module in drivertree.MODULES:
         drivertree.unload(root, module)
     for relative in VOLATILE:
@@ -594,14 +597,16 @@ def curl(root: Path, args: list[str]) -> int:
 
 
 def _reset_gpu(root: Path, pci: str) -> list[faultstate.Fault]:
-    """What a GPU reset does: the GPU's faults end (but those needing a reboot), its RAS uncorrectable
-    counters restart at 0 (the driver re-initialises the RAS blocks). Returns the faults still there."""
+    """What a GPU reset does: the GPU's faults end (but those needing a reboot). Its RAS counters
+    keep their counts (amdgpu clears them only when the driver is reloaded); a RAS fault the reset
+    cannot clear counts one more uncorrectable error as the GPU comes back. Returns the faults
+    still there."""
     _cleared, kept = faultstate.clear(root, pci)
-    device = root / "sys/bus/pci/devices" / pci
-    for counter in sorted(device.glob("ras/*_err_count")) if device.is_dir() else []:
-        if not any(f.gpu == pci and f.needs_reboot for f in kept):
-            faultstate.zero_ras(root, str(counter.relative_to(root)))
-    return [f for f in kept if f.gpu == pci]
+    mine = [f for f in kept if f.gpu == pci]
+    for fault in mine:
+        for relpath in fault.ras_files:
+            faultstate.bump_ras(root, relpath)
+    return mine
 
 
 def _faulted(root: Path) -> set[str]:
