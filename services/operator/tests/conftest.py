@@ -58,6 +58,8 @@ def operand_daemonset(service: str) -> dict[str, Any]:
                 "metadata": {"labels": labels},
                 "spec": {
                     "nodeSelector": {f"gpuop.dev/deploy.{service}": "true"},
+                    # The charts' default: operands come back to a node remediation tainted.
+                    "tolerations": [{"key": "gpuop.dev/gpu-unhealthy", "operator": "Exists"}],
                     "containers": [{"name": service, "image": f"gpuop/gpuop-{service}:0.1.0"}],
                 },
             },
