@@ -476,7 +476,7 @@ class Reconciler:
             jobs,
             reports=self._failed_runs,
             node_pods=node_pods,
-            operand_pods=pods.present,
+            operand_pods=pods.on_node,
             now=time.time(),
             active_elsewhere=sum(
                 1
@@ -551,7 +551,7 @@ class Reconciler:
             selected,
             jobs,
             node_pods=node_pods,
-            operand_pods=pods.present,
+            operand_pods=pods.on_node,
             failed_runs=self._failed_runs,
             now=time.time(),
             job_deadline_s=float(self.job_settings.deadline_seconds),
