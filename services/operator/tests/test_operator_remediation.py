@@ -629,48 +629,22 @@ def test_a_node_that_leaves_the_selector_mid_run_is_given_back(
     assert any("the node left the DeviceConfig's selector" in m for m in stopped), stopped
 
 
-def operator_deployment(node: str) -> dict[str, Any]:
-    """The chart's operator Deployment (its pod labels), pinned to `node` as on a one-node cluster."""
-    labels = {"app.kubernetes.io/name": "operator", "app.kubernetes.io/instance": "gpuop"}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "gpuop-operator", "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                    "containers": [{"name": "operator", "image": "gpuop/gpuop-operator:0.1.0"}],
-                },
-            },
-        },
-    }
-
-
-def operator_pods(cluster: SimCluster) -> list[str]:
-    pods, _ = cluster.api().list(PODS, NAMESPACE, labelSelector="app.kubernetes.io/name=operator")
-    return sorted(p["metadata"]["uid"] for p in pods if "deletionTimestamp" not in p["metadata"])
-
-
 def test_the_node_the_operator_runs_on_is_remediated_without_evicting_the_operator(
     cluster: tuple[SimCluster, Outcomes], kit: Any
 ) -> None:
     sim, _ = cluster
     api = sim.api()
-    api.create(DEPLOYMENTS, operator_deployment("amd-2"), NAMESPACE)
+    api.create(DEPLOYMENTS, kit.operator_deployment("amd-2"), NAMESPACE)
     try:
-        sim.wait_for(lambda: len(operator_pods(sim)) == 1, timeout=30, what="the operator's pod")
-        before = operator_pods(sim)
+        sim.wait_for(lambda: len(kit.operator_pods(sim)) == 1, timeout=30, what="the operator's pod")
+        before = kit.operator_pods(sim)
         with kit.operator_running(sim):
             put_spec(sim, kit, remediation())
             set_gpu_health(sim, "amd-2", False)
             # Evicted, its replacement could only go back to this cordoned node: the operator of a
             # one-node cluster would be gone until the drain it is waiting for ends (it never does).
             wait_state(sim, ("amd-2",), "recovered", timeout=60)
-        assert operator_pods(sim) == before
+        assert kit.operator_pods(sim) == before
         steps = history(sim, "amd-2")[-1]["steps"]
         assert steps[0] == "drain" and "reset" in steps
     finally:
