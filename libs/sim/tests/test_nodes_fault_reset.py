@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 from gpuop_common.gpu import AmdSysfsBackend
 from gpuop_sim import gpuholders, hostfakes
-from gpuop_sim.nodes import FaultError, active_faults, break_gpu, inject_xid, raise_ras, vanish_gpu
+from gpuop_sim.nodes import (
+    FaultError,
+    active_faults,
+    break_gpu,
+    hold_open,
+    inject_xid,
+    raise_ras,
+    vanish_gpu,
+)
 from gpuop_sim.nodes.fake_nvml import FakeNvml
 from gpuop_sim.nodes.fake_nvml_api import NVML_ERROR_IN_USE
 from gpuop_sim.nodes.nvml_state import STATE_RELPATH
@@ -175,3 +183,8 @@ def test_amd_reset_and_partition_writes_refuse_while_another_process_holds_the_g
         sleeper.stdin.close()
         sleeper.wait(timeout=30)
     assert run(info.root, "amd-smi", "reset", "-G", "-g", gpu)[0] == 0  # a dead holder no longer counts
+    kfd = hold_open(info.root, "/dev/kfd")  # a workload's KFD handle reaches every GPU
+    rc, _, err = run(info.root, "amd-smi", "reset", "-G", "-g", info.pci_addresses[5])
+    assert rc == 16 and "a process with /dev/kfd open" in err
+    kfd.close()
+    assert run(info.root, "amd-smi", "reset", "-G", "-g", info.pci_addresses[5])[0] == 0
