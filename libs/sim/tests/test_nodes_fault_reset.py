@@ -5,12 +5,25 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from gpuop_common.gpu import AmdSysfsBackend
-from gpuop_sim import hostfakes
-from gpuop_sim.nodes import FaultError, active_faults, break_gpu, inject_xid, raise_ras, vanish_gpu
+from gpuop_sim import gpuholders, hostfakes
+from gpuop_sim.nodes import (
+    FaultError,
+    active_faults,
+    break_gpu,
+    hold_open,
+    inject_xid,
+    raise_ras,
+    vanish_gpu,
+)
+from gpuop_sim.nodes.fake_nvml import FakeNvml
+from gpuop_sim.nodes.fake_nvml_api import NVML_ERROR_IN_USE
+from gpuop_sim.nodes.nvml_state import STATE_RELPATH
 
 
 def run(root: Path, *argv: str) -> tuple[int, str, str]:
@@ -44,9 +57,10 @@ def test_amd_reset_clears_ras_and_vanished_gpu_faults_and_is_recorded(gpu_node_r
     assert {f.kind for f in active_faults(info.root)} == {"ras", "vanished"}
 
     assert run(info.root, "amd-smi", "reset", "-G", "-g", ras_gpu)[0] == 0
-    assert ras_ue(info.root, ras_gpu) == 0
+    assert ras_ue(info.root, ras_gpu) == 2  # amdgpu keeps RAS counts across a reset
     assert run(info.root, "amd-smi", "reset", "--gpureset", "--gpu", gone_gpu)[0] == 0
     assert active_faults(info.root) == []
+    backend.reset_health()  # what the labeller does on the remediation's gpu-health-reset
     assert unhealthy(backend) == {}
     assert (info.root / "sys/bus/pci/devices" / gone_gpu).exists()
     assert hostfakes.recorded(info.root) == [
@@ -61,7 +75,7 @@ def test_a_fault_that_needs_a_reboot_survives_the_reset_and_ends_with_the_reboot
     break_gpu(info.root, gpu, "ras", needs_reboot=True)
     rc, out, _ = run(info.root, "amd-smi", "reset", "-G", "-g", "1")  # by index
     assert rc == 0 and "Successfully reset" in out
-    assert ras_ue(info.root, gpu) == 1
+    assert ras_ue(info.root, gpu) == 2  # the bad memory failed again as the GPU came back
     assert [(f.gpu, f.needs_reboot) for f in active_faults(info.root)] == [(gpu, True)]
     assert run(info.root, "reboot")[0] == 0
     assert active_faults(info.root) == []
@@ -111,3 +125,66 @@ def test_bad_fault_and_reset_targets_are_named(gpu_node_root):
     assert rc == 2 and "0000:ee:00.0" in err
     rc, _, err = run(info.root, "nvidia-smi", "-r", "-i", "9")
     assert rc == 6 and "'9'" in err
+
+
+HOLD_NVML = """
+import sys
+from pathlib import Path
+from gpuop_sim.nodes.fake_nvml import FakeNvml
+nvml = FakeNvml(path=Path(sys.argv[1]))
+nvml.nvmlInit()
+print("held", flush=True)
+sys.stdin.read()  # until the test closes it
+"""
+
+
+def test_a_process_with_nvml_open_blocks_the_reset_and_a_pending_mig_mode_until_it_exits(gpu_node_root):
+    info = gpu_node_root("nvidia-h100x8")
+    gpu = info.pci_addresses[0]
+    inject_xid(info.root, gpu, 48)
+    state = info.root / STATE_RELPATH
+    agent = subprocess.Popen(
+        [sys.executable, "-c", HOLD_NVML, str(state)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert agent.stdout is not None and agent.stdout.readline().strip() == "held"
+        nvml = FakeNvml(path=state)
+        nvml.nvmlInit()
+        handle = nvml.nvmlDeviceGetHandleByIndex(0)
+        wanted = 1 - nvml.nvmlDeviceGetMigMode(handle)[0]
+        assert nvml.nvmlDeviceSetMigMode(handle, wanted) == NVML_ERROR_IN_USE  # pending: the agent holds it
+        rc, _, err = run(info.root, "nvidia-smi", "-r", "-i", gpu)
+        assert rc == 255 and "is in use by another client" in err and f"pid {agent.pid}" in err
+        assert [f.gpu for f in active_faults(info.root)] == [gpu]  # nothing was reset
+        assert nvml.nvmlDeviceGetMigMode(handle) == [1 - wanted, wanted]  # still pending
+    finally:
+        assert agent.stdin is not None
+        agent.stdin.close()
+        agent.wait(timeout=30)
+    rc, out, _ = run(info.root, "nvidia-smi", "-r", "-i", gpu)  # the agent exited: its files are closed
+    assert rc == 0 and "was successfully reset" in out
+    assert active_faults(info.root) == []
+    assert nvml.nvmlDeviceGetMigMode(handle) == [wanted, wanted]  # the reset activated it
+
+
+def test_amd_reset_and_partition_writes_refuse_while_another_process_holds_the_gpu(gpu_node_root):
+    info = gpu_node_root("amd-mi210x8")
+    gpu = info.pci_addresses[0]
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        gpuholders.hold(info.root, gpu, sleeper.pid)  # e.g. a workload with /dev/kfd open
+        rc, _, err = run(info.root, "amd-smi", "reset", "-G", "-g", gpu)
+        assert rc == 16 and "AMDSMI_STATUS_BUSY" in err and f"pid {sleeper.pid}" in err
+    finally:
+        assert sleeper.stdin is not None
+        sleeper.stdin.close()
+        sleeper.wait(timeout=30)
+    assert run(info.root, "amd-smi", "reset", "-G", "-g", gpu)[0] == 0  # a dead holder no longer counts
+    kfd = hold_open(info.root, "/dev/kfd")  # a workload's KFD handle reaches every GPU
+    rc, _, err = run(info.root, "amd-smi", "reset", "-G", "-g", info.pci_addresses[5])
+    assert rc == 16 and "a process with /dev/kfd open" in err
+    kfd.close()
+    assert run(info.root, "amd-smi", "reset", "-G", "-g", info.pci_addresses[5])[0] == 0

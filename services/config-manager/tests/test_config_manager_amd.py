@@ -354,3 +354,76 @@ def test_amd_smi_chosen_but_not_installed_fails_naming_it_and_restores_the_opera
     assert h.agent().run_once().state is State.SUCCESS
     assert _modes(h.info) == {("CPX", "NPS1")}
     assert [c for c in hostfakes.recorded(h.info.root) if c[:2] == ["amd-smi", "set"]] == tried
+
+
+def _dra_claim(pod: str) -> dict[str, object]:
+    """A claim the scheduler allocated an MI300X partition of this node to, reserved for `pod`."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"{pod}-gpu", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.gpuop.dev"}}]}},
+    }
+
+
+def test_a_dra_pod_holding_a_partition_blocks_repartitioning_until_it_leaves(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps1"}, quiesceTimeoutSeconds=30)
+    custom = client.CustomObjectsApi(h.api)
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="dra-trainer", namespace="default"),
+        spec=client.V1PodSpec(
+            node_name=NODE,
+            containers=[client.V1Container(name="main", image="x")],  # no device-plugin resource
+            resource_claims=[client.V1PodResourceClaim(name="gpu", resource_claim_name="dra-trainer-gpu")],
+        ),
+    )
+    created = h.core.create_namespaced_pod("default", pod)
+    custom.create_namespaced_custom_object(
+        "resource.k8s.io", "v1", "default", "resourceclaims", _dra_claim("dra-trainer")
+    )
+    result = {"request": "gpu", "driver": "gpu.gpuop.dev", "pool": NODE, "device": "gpu-0"}
+    status = {
+        "allocation": {"devices": {"results": [result]}},
+        "reservedFor": [{"resource": "pods", "name": "dra-trainer", "uid": created.metadata.uid}],
+    }
+    custom.patch_namespaced_custom_object_status(
+        "resource.k8s.io", "v1", "default", "resourceclaims", "dra-trainer-gpu", {"status": status}
+    )
+    seen: dict[str, object] = {}
+    done = threading.Event()
+
+    def workload_leaves() -> None:
+        # Once the agent waits (quiescing), the pod still runs on the unchanged GPUs; then it ends
+        # and the claim is released, as the kubelet and the resource claim controller do.
+        while not done.wait(0.05):
+            if h.node().labels.get(STATE_LABEL) == State.QUIESCING.value:
+                break
+        seen["modes while the pod ran"] = _modes(h.info)
+        h.core.delete_namespaced_pod("dra-trainer", "default", grace_period_seconds=0)
+        custom.patch_namespaced_custom_object_status(
+            "resource.k8s.io",
+            "v1",
+            "default",
+            "resourceclaims",
+            "dra-trainer-gpu",
+            {"status": {"reservedFor": None}},
+        )
+
+    thread = threading.Thread(target=workload_leaves, daemon=True)
+    thread.start()
+    try:
+        outcome = h.agent().run_once()
+    finally:
+        done.set()
+        thread.join()
+    assert seen["modes while the pod ran"] == {("SPX", "NPS1")}  # not repartitioned under it
+    assert outcome.state is State.SUCCESS, outcome.reason
+    assert _modes(h.info) == {("CPX", "NPS1")}
+
+
+def test_the_dra_driver_is_paused_by_default_while_repartitioning(harness):
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps1", "gpuop.dev/deploy.dra-driver": "true"})
+    assert h.agent().run_once().state is State.SUCCESS
+    paused = [p for p in h.kube.label_patches if p.get("gpuop.dev/deploy.dra-driver") == PAUSED]
+    assert paused  # paused, then restored
+    assert h.node().labels["gpuop.dev/deploy.dra-driver"] == "true"

@@ -68,6 +68,8 @@ def test_rbac_is_minimal_and_delete_only_with_eviction(chart: Path) -> None:
     assert rules == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        # A pod holding a GPU through a DRA claim blocks a repartition as one with a device-plugin GPU.
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     evicting = by_kind(helm.template(chart, values=["evictGpuPods=true"]), "ClusterRole")["rules"]
@@ -122,7 +124,7 @@ def test_default_profiles_are_a_valid_config(chart: Path) -> None:
     )
     names = [p.name for p in config.profiles]
     assert {"spx-nps1", "cpx-nps4", "all-disabled", "all-1g.10gb"} <= set(names)
-    assert config.paused_operands == ["device-plugin", "metrics-exporter", "test-runner"]
+    assert config.paused_operands == ["device-plugin", "dra-driver", "metrics-exporter", "test-runner"]
 
 
 def test_values_schema_config_is_the_shared_model(chart: Path) -> None:

@@ -35,7 +35,7 @@ from gpuop_operator.model import AMD_PRESENT, NodeInfo, deploy_label
 from gpuop_operator.reconciler import Reconciler, ReconcilerSettings
 from gpuop_operator.upgrade import STATE_LABEL
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import CONFIGMAPS, DAEMONSETS, NAMESPACES, KubeRest, Resource
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, DAEMONSETS, NAMESPACES, PODS, KubeRest, Resource
 from kubernetes import client, config
 
 NAMESPACE = "gpu-operator"
@@ -58,6 +58,8 @@ def operand_daemonset(service: str) -> dict[str, Any]:
                 "metadata": {"labels": labels},
                 "spec": {
                     "nodeSelector": {f"gpuop.dev/deploy.{service}": "true"},
+                    # The charts' default: operands come back to a node remediation tainted.
+                    "tolerations": [{"key": "gpuop.dev/gpu-unhealthy", "operator": "Exists"}],
                     "containers": [{"name": service, "image": f"gpuop/gpuop-{service}:0.1.0"}],
                 },
             },
@@ -159,6 +161,32 @@ def operator_running(cluster: SimCluster, **kwargs: Any) -> Iterator[RunningOper
         running.stop()
 
 
+def operator_deployment(node: str) -> dict[str, Any]:
+    """The chart's operator Deployment (its pod labels), pinned to `node` as on a one-node cluster."""
+    labels = {"app.kubernetes.io/name": "operator", "app.kubernetes.io/instance": RELEASE}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "gpuop-operator", "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [{"name": "operator", "image": "gpuop/gpuop-operator:0.1.0"}],
+                },
+            },
+        },
+    }
+
+
+def operator_pods(cluster: SimCluster) -> list[str]:
+    pods, _ = cluster.api().list(PODS, NAMESPACE, labelSelector="app.kubernetes.io/name=operator")
+    return sorted(p["metadata"]["uid"] for p in pods if "deletionTimestamp" not in p["metadata"])
+
+
 class OperatorKit:
     """The helpers above, handed to tests as the `kit` fixture (test modules cannot import conftest)."""
 
@@ -171,6 +199,8 @@ class OperatorKit:
     start_operator = staticmethod(start_operator)
     operator_running = staticmethod(operator_running)
     api_client_for = staticmethod(api_client_for)
+    operator_deployment = staticmethod(operator_deployment)
+    operator_pods = staticmethod(operator_pods)
 
 
 # ---- the driver planners (driverflow, driveruninstall) against a small model of a cluster ----

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from gpuop_common.config.driver import DriverConfig
-from gpuop_operator.drain import NodePod, plan_drain
+from gpuop_operator.drain import ControlPods, NodePod, node_pod, plan_drain
 from gpuop_operator.driverdefaults import default_driver_versions
 from gpuop_operator.driverflow import (
     ADMIN_CORDON,
@@ -212,6 +212,26 @@ def test_drain_treats_each_kind_of_pod_like_kubectl_drain(case: str, pod: NodePo
     step = plan_drain([pod], gpu_pods_only=False, force=False)
     got = "refused" if step.refused else "waiting" if step.waiting else "removed" if step.remove else "kept"
     assert got == outcome, case
+
+
+def test_drain_keeps_the_operators_own_release_pods_and_its_own_pod() -> None:
+    control = ControlPods("gpu-operator", "gpuop", own_pod="ops-7d9-x")
+
+    def pod(namespace: str, name: str, instance: str, owner: str = "ReplicaSet") -> dict[str, Any]:
+        ref = {"kind": owner, "name": "o", "uid": "u", "controller": True}
+        labels = {"app.kubernetes.io/instance": instance}
+        meta = {"namespace": namespace, "name": name, "uid": name, "labels": labels, "ownerReferences": [ref]}
+        return {"metadata": meta, "spec": {"nodeName": "n00"}, "status": {"phase": "Running"}}
+
+    pods = [
+        node_pod(pod("gpu-operator", "gpuop-operator-5f-abc", "gpuop"), control),  # the operator
+        node_pod(pod("gpu-operator", "gpuop-crds-upgrade-xyz", "gpuop", "Job"), control),  # a hook Job
+        node_pod(pod("gpu-operator", "ops-7d9-x", "ops"), control),  # itself, under another release
+        node_pod(pod("apps", "web-1", "gpuop"), control),  # a user's pod with the same release name
+        node_pod(pod("gpu-operator", "other-operator-1", "other"), control),  # another release
+    ]
+    step = plan_drain(pods, gpu_pods_only=False, force=False)
+    assert sorted(p.key for p in step.remove) == ["apps/web-1", "gpu-operator/other-operator-1"]
 
 
 def test_an_unmanaged_pod_fails_the_drain_naming_it_unless_forced(pk: Any) -> None:

@@ -19,7 +19,7 @@ from gpuop_operator.driverjob import DEFAULT_JOB_IMAGE, JobSettings
 from gpuop_operator.overridecheck import REASON
 from gpuop_operator.upgrade import IN_FLIGHT, STATE_LABEL, UpgradeState, parse_state
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import JOBS, NODES, Resource
+from gpuop_sim.workloads.kubeapi import DEPLOYMENTS, JOBS, NODES, Resource
 from kubernetes import client, config, watch
 
 pytestmark = pytest.mark.slow
@@ -152,6 +152,10 @@ def test_a_version_change_rolls_one_node_at_a_time_and_keeps_an_admin_cordon(
 ) -> None:
     api = cluster.api()
     api.patch(NODES, "amd-1", {"spec": {"unschedulable": True}})  # an admin's cordon
+    # The operator's own pod runs on amd-0, as on a one-node cluster: the drain must leave it there.
+    api.create(DEPLOYMENTS, kit.operator_deployment("amd-0"), NAMESPACE)
+    cluster.wait_for(lambda: len(kit.operator_pods(cluster)) == 1, timeout=30, what="the operator's pod")
+    operator_before = kit.operator_pods(cluster)
     watcher = NodeWatcher(cluster)
     try:
         # No resync to fall back on: each step's own writes must lead to the next pass.
@@ -174,8 +178,11 @@ def test_a_version_change_rolls_one_node_at_a_time_and_keeps_an_admin_cordon(
                 lambda d: (d.get("status") or {}).get("driver", {}).get("summary") == "4/4 at 6.3",
                 timeout=60,
             )
+            operator_after = kit.operator_pods(cluster)
     finally:
         watcher.stop()
+        api.delete(DEPLOYMENTS, "gpuop-operator", NAMESPACE)
+    assert operator_after == operator_before  # never evicted by amd-0's drain
     assert watcher.widest_in_flight == 1
     assert watcher.widest_unavailable <= 2
     assert api.get(NODES, "amd-1")["spec"].get("unschedulable") is True

@@ -27,7 +27,7 @@ from gpuop_operator.remediation import APPROVED_LABEL, STATE_LABEL
 from gpuop_operator.upgrade import IN_FLIGHT
 from gpuop_operator.upgrade import STATE_LABEL as UPGRADE_STATE
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import CONFIGMAPS, EVENTS, JOBS, NODES, Resource
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, DEPLOYMENTS, EVENTS, JOBS, NODES, PODS, Resource
 from gpuop_sim.workloads.objects import Obj
 from gpuop_sim.workloads.simkubelet.stub import StubOutcome
 from kubernetes import client, config, watch
@@ -71,6 +71,15 @@ def summary(*, reboot: bool = False, failed: str = "") -> str:
     ).to_termination_message()
 
 
+def operand_pods_on(cluster: SimCluster, node: str) -> list[str]:
+    pods, _ = cluster.api().list(PODS, NAMESPACE, fieldSelector=f"spec.nodeName={node}")
+    return sorted(
+        p["metadata"]["name"]
+        for p in pods
+        if any(ref.get("kind") == "DaemonSet" for ref in p["metadata"].get("ownerReferences") or [])
+    )
+
+
 @dataclass
 class Outcomes:
     """How each node's remediation Jobs end: per node, reboot needed / failing reset / duration."""
@@ -79,6 +88,8 @@ class Outcomes:
     needs_reboot: set[str] = field(default_factory=set)
     failing: set[str] = field(default_factory=set)
     reset_seconds: float = 0.3
+    # Per reset Job pod started: the operand pods (gpuop DaemonSets) still on its node at that moment.
+    operands_at_reset: list[list[str]] = field(default_factory=list)
 
     def __call__(self, pod: Obj) -> StubOutcome | None:
         labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -88,6 +99,7 @@ class Outcomes:
         node = str((pod.get("spec") or {}).get("nodeName", ""))
         operation = labels.get("gpuop.dev/operation")
         if operation == "gpu-reset":
+            self.operands_at_reset.append(operand_pods_on(self.cluster, node))
             if node in self.failing:
                 message = summary(failed="amd-smi: GPU 0000:c1:00.0 reset failed: device busy")
                 return StubOutcome(duration_s=self.reset_seconds, exit_code=1, termination_message=message)
@@ -429,7 +441,7 @@ def test_a_failing_reset_playbook_fails_the_node_with_the_task_error_in_an_event
     outcomes.failing = {"amd-1"}
     try:
         with kit.operator_running(sim):
-            put_spec(sim, kit, remediation())
+            put_spec(sim, kit, remediation(rebootOnResetFailure=False))
             set_gpu_health(sim, "amd-1", False)
             wait_state(sim, ("amd-1",), "failed")
             dc = sim.wait_for_object(
@@ -464,6 +476,32 @@ def test_a_failing_reset_playbook_fails_the_node_with_the_task_error_in_an_event
             timeout=30,
             what="amd-1 given back",
         )
+
+
+def test_a_reset_the_driver_refuses_reboots_the_node_with_the_tools_message_and_it_recovers(
+    cluster: tuple[SimCluster, Outcomes], kit: Any
+) -> None:
+    sim, outcomes = cluster
+    api = sim.api()
+    outcomes.failing = {"amd-1"}
+    outcomes.operands_at_reset = []
+    boot_before = api.get(NODES, "amd-1")["status"]["nodeInfo"]["bootID"]
+    try:
+        with kit.operator_running(sim):
+            put_spec(sim, kit, remediation())
+            set_gpu_health(sim, "amd-1", False)
+            wait_state(sim, ("amd-1",), "recovered", timeout=120)
+    finally:
+        outcomes.failing = set()
+    assert api.get(NODES, "amd-1")["status"]["nodeInfo"]["bootID"] != boot_before
+    rebooting = [e["message"] for e in node_events(sim, "amd-1") if e["reason"] == "RemediationRebooting"]
+    assert any("amd-smi: GPU 0000:c1:00.0 reset failed: device busy" in m for m in rebooting), rebooting
+    assert history(sim, "amd-1")[-1]["steps"] == ["drain", "reset-failed", "reboot", "validate"]
+    # The operands were paused and their pods gone before the reset Job ran, and are back now.
+    assert outcomes.operands_at_reset == [[]]
+    labels = api.get(NODES, "amd-1")["metadata"]["labels"]
+    deploy = {k: v for k, v in labels.items() if k.startswith("gpuop.dev/deploy.")}
+    assert deploy and set(deploy.values()) == {"true"}, deploy
 
 
 def test_remediation_and_a_driver_upgrade_never_overlap_on_a_node(
@@ -567,7 +605,8 @@ def test_a_node_that_leaves_the_selector_mid_run_is_given_back(
     outcomes.failing = {"amd-0"}  # the run ends `failed`: tainted and cordoned for a person
     try:
         with kit.operator_running(sim):
-            put_spec(sim, kit, {**remediation(), "selector": {"matchLabels": {amd: "true"}}})
+            selector = {"selector": {"matchLabels": {amd: "true"}}}
+            put_spec(sim, kit, {**remediation(rebootOnResetFailure=False), **selector})
             set_gpu_health(sim, "amd-0", False)
             wait_state(sim, ("amd-0",), "failed")
             assert api.get(NODES, "amd-0")["spec"]["unschedulable"] is True
@@ -588,3 +627,25 @@ def test_a_node_that_leaves_the_selector_mid_run_is_given_back(
     assert not [t for t in node["spec"].get("taints") or [] if t["key"] == TAINT_KEY]
     stopped = [e["message"] for e in node_events(sim, "amd-0") if e["reason"] == "RemediationStopped"]
     assert any("the node left the DeviceConfig's selector" in m for m in stopped), stopped
+
+
+def test_the_node_the_operator_runs_on_is_remediated_without_evicting_the_operator(
+    cluster: tuple[SimCluster, Outcomes], kit: Any
+) -> None:
+    sim, _ = cluster
+    api = sim.api()
+    api.create(DEPLOYMENTS, kit.operator_deployment("amd-2"), NAMESPACE)
+    try:
+        sim.wait_for(lambda: len(kit.operator_pods(sim)) == 1, timeout=30, what="the operator's pod")
+        before = kit.operator_pods(sim)
+        with kit.operator_running(sim):
+            put_spec(sim, kit, remediation())
+            set_gpu_health(sim, "amd-2", False)
+            # Evicted, its replacement could only go back to this cordoned node: the operator of a
+            # one-node cluster would be gone until the drain it is waiting for ends (it never does).
+            wait_state(sim, ("amd-2",), "recovered", timeout=60)
+        assert kit.operator_pods(sim) == before
+        steps = history(sim, "amd-2")[-1]["steps"]
+        assert steps[0] == "drain" and "reset" in steps
+    finally:
+        api.delete(DEPLOYMENTS, "gpuop-operator", NAMESPACE)

@@ -89,8 +89,25 @@ def test_a_fault_that_survives_the_reset_asks_for_a_reboot(gpu_node_root) -> Non
     assert summary.succeeded, summary.failed_tasks
     assert summary.facts["reboot_required"] == "true"
     assert (
-        summary.facts["still_unhealthy"] == f"{gpu}: RAS block umc: 1 uncorrectable error(s) after the reset"
+        summary.facts["still_unhealthy"]
+        == f"{gpu}: RAS block umc: 1 new uncorrectable error(s) since before the reset"
     )
+
+
+def test_ras_counts_survive_a_good_reset_and_the_check_reads_them_against_the_baseline(
+    gpu_node_root,
+) -> None:
+    info = gpu_node_root("amd-mi210x8")
+    gpu = info.pci_addresses[3]
+    counter = info.root / "sys/bus/pci/devices" / gpu / "ras/umc_err_count"
+    break_gpu(info.root, gpu, "ras")
+    faulted = counter.read_text()
+    summary = reset(info, [gpu])
+    assert summary.succeeded, summary.failed_tasks
+    assert summary.facts["reboot_required"] == "false"  # the fault's own error is not a new one
+    assert counter.read_text() == faulted  # amdgpu keeps the counts across a reset
+    hostfakes.boot(info.root)
+    assert "ue: 0" in counter.read_text().splitlines()  # a boot (driver reload) clears them
 
 
 def test_nvidia_reset_by_pci_address_and_the_lost_gpu_that_stays_lost(gpu_node_root) -> None:

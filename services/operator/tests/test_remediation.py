@@ -80,6 +80,7 @@ class Walk:
         self.jobs: dict[tuple[str, str], JobView] = {}
         self.reports: dict[str, FailedRun] = {}
         self.pods: dict[str, list[NodePod]] = {}
+        self.operand_pods: set[tuple[str, str]] = set()  # (node, service) still present
         self.now = NOW
         self.kwargs = kwargs
         self.plans: list[RemediationPlan] = []
@@ -93,6 +94,7 @@ class Walk:
             reports=self.reports,
             # As the reconciler lists them: the pods of the nodes draining when the pass begins.
             node_pods={n: self.pods.get(n, []) for n in self.nodes if self.state(n) == "draining"},
+            operand_pods=frozenset(self.operand_pods),
             now=self.now,
             **self.kwargs,
         )
@@ -230,7 +232,7 @@ def test_a_condition_that_does_not_clear_after_the_reset_leads_to_a_reboot() -> 
 
 
 def test_a_failed_reset_fails_the_node_with_the_task_error_and_leaves_it_tainted() -> None:
-    walk = Walk({}, gpu_node())
+    walk = Walk({"rebootOnResetFailure": False}, gpu_node())
     for _ in range(4):
         walk.step()
     walk.finish("gpu-reset", phase="failed")
@@ -250,6 +252,69 @@ def test_a_failed_reset_fails_the_node_with_the_task_error_and_leaves_it_tainted
     node = walk.nodes["n0"]
     assert not node.unschedulable and len(node.taints) == 1 and STARTED not in node.annotations
     assert [e.reason for e in plan.events] == ["RemediationReleased"]
+
+
+def test_a_reset_the_driver_refuses_escalates_to_a_reboot_with_the_tools_message() -> None:
+    walk = Walk({}, gpu_node())
+    for _ in range(4):
+        walk.step()
+    walk.finish("gpu-reset", phase="failed")
+    plan = walk.step()
+    assert walk.state() == "repairing"
+    assert walk.nodes["n0"].annotations["gpuop.dev/remediation.repair"] == "reboot"
+    rebooting = [e.message for e in plan.events if e.reason == "RemediationRebooting"]
+    assert rebooting and "amd-smi: reset failed on 0000:c1:00.0" in rebooting[0]
+    assert plan.finished == []
+    walk.step()
+    assert ("n0", "node-reboot") in walk.jobs
+    walk.nodes["n0"] = replace(walk.nodes["n0"], boot_id="boot-2")
+    walk.heal()
+    walk.step()
+    assert walk.state() == "recovered"
+    history = json.loads(walk.nodes["n0"].annotations[HISTORY])
+    assert history[-1]["steps"] == ["drain", "reset-failed", "reboot", "validate"]
+
+
+DP, LABELLER = "gpuop.dev/deploy.device-plugin", "gpuop.dev/deploy.node-labeller"
+
+
+def test_the_operands_are_paused_and_gone_before_the_reset_and_back_after_it() -> None:
+    walk = Walk({}, gpu_node(**{DP: "true", LABELLER: "true", "gpuop.dev/deploy.config-manager": "held"}))
+    walk.operand_pods = {("n0", "device-plugin"), ("n0", "node-labeller")}
+    seen: list[tuple[str | None, str | None, bool]] = []
+    for _ in range(4):
+        walk.step()
+        seen.append((walk.state(), walk.nodes["n0"].labels[DP], ("n0", "gpu-reset") in walk.jobs))
+    labels = walk.nodes["n0"].labels
+    assert labels[DP] == labels[LABELLER] == "paused-for-remediation"
+    assert labels["gpuop.dev/deploy.config-manager"] == "held"  # not ours to pause
+    assert ("n0", "gpu-reset") not in walk.jobs  # their pods are still there
+    walk.operand_pods = {("n0", "node-labeller")}
+    walk.step()
+    assert ("n0", "gpu-reset") not in walk.jobs
+    walk.operand_pods = set()
+    walk.step()
+    assert ("n0", "gpu-reset") in walk.jobs and walk.state() == "repairing"
+    walk.finish("gpu-reset")
+    walk.step()
+    labels = walk.nodes["n0"].labels
+    assert labels[DP] == labels[LABELLER] == "true"  # back: the labeller clears the condition
+    walk.heal()
+    walk.step()
+    assert walk.state() == "recovered"
+    assert "gpuop.dev/remediation.paused" not in walk.nodes["n0"].annotations
+    assert "RemediationPausingOperands" in walk.events()
+
+
+def test_operands_paused_by_a_run_that_fails_come_back_with_the_node_left_tainted() -> None:
+    walk = Walk({"rebootOnResetFailure": False}, gpu_node(**{DP: "true"}))
+    for _ in range(5):
+        walk.step()
+    assert walk.nodes["n0"].labels[DP] == "paused-for-remediation"
+    walk.finish("gpu-reset", phase="failed")
+    walk.step()
+    assert walk.state() == "failed" and walk.nodes["n0"].labels[DP] == "true"
+    assert walk.nodes["n0"].unschedulable
 
 
 def test_without_auto_start_a_node_waits_for_the_approval_label_which_is_used_up() -> None:

@@ -403,7 +403,10 @@ def _operands(snap: Snapshot, node: Obj) -> Iterator[Finding]:
         yield Finding(
             f.P006,
             "operands paused: " + ", ".join(paused),
-            ("paused-for-driver-upgrade: the driver upgrade; paused-for-config-change: the config manager",),
+            (
+                "paused-for-driver-upgrade: the driver upgrade; paused-for-remediation: a GPU reset "
+                "(remediation); paused-for-config-change: the config manager",
+            ),
             "wait: whoever paused them sets the label back to true when done",
         )
     if not problems and annotations_of(node).get(STAGE_ANNOTATION) == "operands-rolling" and not paused:

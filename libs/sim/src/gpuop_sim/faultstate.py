@@ -7,8 +7,11 @@ fakes read the same file: `amd-smi reset -G` / `nvidia-smi -r` undo the faults o
 unless a fault is marked `needs_reboot` (a wedged GPU a function-level reset does not bring back), and
 `reboot` (`hostfakes.boot`) undoes every fault, as a power cycle does.
 
-A reset of a GPU also zeroes its RAS uncorrectable counters: the driver re-initialises the RAS blocks
-of a reset GPU, and that is what the `gpu-reset` playbook's re-check reads.
+RAS counters survive a GPU reset, as on amdgpu (they live in the driver, which a reset does not
+reload): only a reboot (or a driver reload) puts them back to 0. A RAS fault a reset cannot clear
+counts one more uncorrectable error at the reset (the bad memory fails again as the GPU
+re-initialises): that, compared with the counts before the reset, is what the `gpu-reset`
+playbook's re-check reads.
 
 Stdlib only: the host-command fakes import it in a process per command.
 """
@@ -39,7 +42,7 @@ class Fault:
     detail: str = ""  # for people: "RAS block umc +1", "XID 79", ...
     moved: list[tuple[str, str]] = field(default_factory=list)  # (original, stashed) of a vanished GPU
     nvidia_uuid: str = ""  # a vanished NVIDIA GPU: NVML answers GPU_IS_LOST for it until undone
-    ras_files: list[str] = field(default_factory=list)  # RAS counter files a reset zeroes
+    ras_files: list[str] = field(default_factory=list)  # RAS counter files it raised (a reboot zeroes)
     id: str = ""  # set by record()
 
 
@@ -102,7 +105,20 @@ def zero_ras(root: Path, relpath: str) -> None:
     path.write_text("".join(f"{line}\n" for line in lines))
 
 
-def undo(root: Path, fault: Fault) -> None:
+def bump_ras(root: Path, relpath: str, by: int = 1) -> None:
+    """`ue: N` -> `ue: N+by` in one `ras/<block>_err_count` file (other lines kept)."""
+    path = root / relpath
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        key, _, value = line.partition(":")
+        if key.strip() == "ue" and value.strip().isdigit():
+            lines[i] = f"ue: {int(value) + by}"
+    path.write_text("".join(f"{line}\n" for line in lines))
+
+
+def undo(root: Path, fault: Fault, *, reboot: bool = False) -> None:
     for original, stashed in reversed(fault.moved):
         source, target = root / stashed, root / original
         if source.exists() or source.is_symlink():
@@ -110,7 +126,7 @@ def undo(root: Path, fault: Fault) -> None:
             shutil.move(source, target)
     if fault.nvidia_uuid:
         _set_nvml_lost(root, fault.nvidia_uuid, False)
-    for relpath in fault.ras_files:
+    for relpath in fault.ras_files if reboot else ():
         zero_ras(root, relpath)
 
 
@@ -122,7 +138,7 @@ def clear(root: Path, gpu: str | None = None, *, reboot: bool = False) -> tuple[
     for fault in load(root):
         mine = gpu is None or fault.gpu == gpu.lower()
         if mine and (reboot or not fault.needs_reboot):
-            undo(root, fault)
+            undo(root, fault, reboot=reboot)
             cleared.append(fault)
         else:
             kept.append(fault)

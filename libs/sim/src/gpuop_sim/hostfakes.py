@@ -30,7 +30,8 @@ returns at once and the reboot follows). Elsewhere it does what a boot leaves (`
 Failure injection: `fail(root, "dkms", stderr)` makes the next DKMS build (and `dkms` itself) fail
 with that stderr, as a module that does not compile for the running kernel does. `absent(root,
 "amd-smi")` makes a command missing on the host (exit 127, as a shell says), `busy(root, pci)` makes a
-GPU reset refuse as the real tools do while a process holds the GPU.
+GPU reset refuse as the real tools do while a process holds the GPU; so does any other live process
+registered on the GPU (`gpuop_sim.gpuholders`: every agent with the fake NVML initialised).
 
 Partitions: `amd-smi set --gpu GPU --compute-partition MODE` (or `--memory-partition`) writes the
 attribute through the simulated amdgpu driver (`gpuop_sim.nodes.amd_driver`), which refuses as the
@@ -38,7 +39,8 @@ kernel does; `busy(root, pci)` makes it answer AMDSMI_STATUS_BUSY first.
 
 GPU faults (`gpuop_sim.faultstate`, made by `gpuop_sim.nodes.faults`): `amd-smi reset -G -g GPU`
 and `nvidia-smi -r -i GPU` (GPU = index, PCI address or UUID) undo the faults of that GPU unless one
-needs a reboot, and zero its RAS uncorrectable counters; `reboot` undoes every fault.
+needs a reboot (RAS counters keep their counts, as amdgpu's do; a pending NVIDIA MIG mode takes
+effect with a successful reset); `reboot` undoes every fault and zeroes the RAS counters.
 `nvidia-smi --query-gpu=pci.bus_id,reset_status.reset_required --format=csv,noheader` reports each
 GPU, `Yes` while it has a fault (after an XID, a reset is required).
 
@@ -60,7 +62,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuop_sim import drivertree, faultstate
+from gpuop_sim import drivertree, faultstate, gpuholders
+from gpuop_sim.jsonfile import write_json_atomic
 
 STATE_DIR = ".gpuop-fakes"
 LOG = f"{STATE_DIR}/commands.log"
@@ -528,8 +531,11 @@ def boot(root: Path, kernel: str | None = None) -> None:
     """What a reboot leaves: no loaded module, no driver device node; then, as systemd-modules-load
     does, the modules named in /etc/modules-load.d are loaded if built for the (new) kernel, and a
     profile's in-box driver (gpuop_sim.drivertree) is loaded as udev does for matching devices.
-    A power cycle ends every GPU fault (`gpuop_sim.faultstate`), those a reset cannot clear too."""
+    A power cycle ends every GPU fault (`gpuop_sim.faultstate`), those a reset cannot clear too, and
+    the freshly loaded driver counts RAS errors from 0 again."""
     faultstate.clear(root, reboot=True)
+    for counter in sorted(root.glob("sys/bus/pci/devices/*/ras/*_err_count")):
+        faultstate.zero_ras(root, str(counter.relative_to(root)))
     for module in drivertree.MODULES:
         drivertree.unload(root, module)
     for relative in VOLATILE:
@@ -594,14 +600,16 @@ def curl(root: Path, args: list[str]) -> int:
 
 
 def _reset_gpu(root: Path, pci: str) -> list[faultstate.Fault]:
-    """What a GPU reset does: the GPU's faults end (but those needing a reboot), its RAS uncorrectable
-    counters restart at 0 (the driver re-initialises the RAS blocks). Returns the faults still there."""
+    """What a GPU reset does: the GPU's faults end (but those needing a reboot). Its RAS counters
+    keep their counts (amdgpu clears them only when the driver is reloaded); a RAS fault the reset
+    cannot clear counts one more uncorrectable error as the GPU comes back. Returns the faults
+    still there."""
     _cleared, kept = faultstate.clear(root, pci)
-    device = root / "sys/bus/pci/devices" / pci
-    for counter in sorted(device.glob("ras/*_err_count")) if device.is_dir() else []:
-        if not any(f.gpu == pci and f.needs_reboot for f in kept):
-            faultstate.zero_ras(root, str(counter.relative_to(root)))
-    return [f for f in kept if f.gpu == pci]
+    mine = [f for f in kept if f.gpu == pci]
+    for fault in mine:
+        for relpath in fault.ras_files:
+            faultstate.bump_ras(root, relpath)
+    return mine
 
 
 def _faulted(root: Path) -> set[str]:
@@ -627,8 +635,13 @@ def _amd_gpus(root: Path) -> list[tuple[str, str]]:
 
 
 def _busy_with(root: Path, pci: str) -> str | None:
+    """Who holds the GPU open: a test's `busy()` mark, or the live processes registered on it
+    (`gpuop_sim.gpuholders`: the fake NVML of every agent that initialised it, a workload)."""
     path = root / BUSY / pci
-    return path.read_text().strip() if path.is_file() else None
+    if path.is_file():
+        return path.read_text().strip()
+    held = gpuholders.holders(root, pci)
+    return ", ".join(held) if held else None
 
 
 def _option(args: list[str], *names: str) -> str | None:
@@ -780,8 +793,25 @@ def nvidia_smi(root: Path, args: list[str]) -> int:
         )
         return 255
     _reset_gpu(root, pci)
+    _activate_pending_mig_mode(root, pci)
     print(f"GPU 0000{pci} was successfully reset.")
     return 0
+
+
+def _activate_pending_mig_mode(root: Path, pci: str) -> None:
+    """A MIG mode change left pending (the GPU was in use) takes effect with a successful reset."""
+    path = root / faultstate.NVML_STATE
+    if not path.is_file():
+        return
+    state = json.loads(path.read_text())
+    changed = False
+    for gpu in state.get("gpus", []):
+        mine = gpuholders.nvml_pci(str(gpu.get("bus_id", ""))) == pci
+        if mine and "mig_pending" in gpu and gpu.get("mig_current") != gpu["mig_pending"]:
+            gpu["mig_current"] = gpu["mig_pending"]
+            changed = True
+    if changed:
+        write_json_atomic(path, state)
 
 
 def _nvml_lost(root: Path, uuid: str) -> bool:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuop_common.kube import EventRecorder, EventType, ObjectRef, patch_node_metadata
 from gpuop_common.retry import kube_retry
 from kubernetes import client
 
-from gpuop_config_manager.pods import PodView, view
+from gpuop_config_manager.pods import PodView, claims_by_pod, view
 
 log = logging.getLogger(__name__)
 COMPONENT = "gpuop-config-manager"
@@ -58,7 +59,22 @@ class NodeClient:
     @kube_retry()
     def pods(self) -> list[PodView]:
         listed = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node_name}")
-        return [view(pod) for pod in listed.items]
+        claims = claims_by_pod(self._resource_claims(), self.node_name)
+        return [view(pod, claims) for pod in listed.items]
+
+    def _resource_claims(self) -> list[dict[str, Any]]:
+        """Every ResourceClaim (a pod's claims may live in any namespace it runs in); none where the
+        cluster serves no resource.k8s.io/v1 (no DRA: nothing to hold)."""
+        try:
+            listed = client.CustomObjectsApi(self.api).list_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceclaims"
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        items = listed.get("items") if isinstance(listed, dict) else None
+        return [item for item in items or [] if isinstance(item, dict)]
 
     @kube_retry()
     def delete_pod(self, pod: PodView) -> None:

@@ -5,6 +5,11 @@ As `kubectl drain` does: DaemonSet pods stay (they tolerate the cordon and would
 mirror (static) pods stay, finished pods are ignored, pods in ignored namespaces stay, and a pod no
 controller would recreate is only removed with `force` (otherwise the drain fails naming it). With
 the GPU-pod deletion policy only pods that request a GPU resource are removed.
+
+The release's own control pods stay too: the operator's Deployment pod, the driver and remediation
+Jobs, the chart's hook Jobs and the test runner. Evicting the operator from the node it is repairing
+would stop the very run that evicts it (on a one-node cluster nothing would ever come back to
+finish the drain), and the test runner must be there to validate the node afterwards.
 """
 
 from __future__ import annotations
@@ -13,11 +18,25 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuop_operator.views import GPU_RESOURCE_PREFIXES
+from gpuop_operator.views import GPU_RESOURCE_PREFIXES, INSTANCE_LABEL
 
 JsonObj = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 OWN_COMPONENT = ("app.kubernetes.io/component", "driver-job")
+
+
+@dataclass(frozen=True)
+class ControlPods:
+    """Which pods belong to the operator's release (kept by every drain)."""
+
+    namespace: str
+    release: str  # the pods' `app.kubernetes.io/instance`
+    own_pod: str = ""  # the operator's own pod, when its chart was installed under another release name
+
+    def holds(self, namespace: str, name: str, instance: str) -> bool:
+        if namespace != self.namespace:
+            return False
+        return instance == self.release or (bool(self.own_pod) and name == self.own_pod)
 
 
 @dataclass(frozen=True)
@@ -30,7 +49,7 @@ class NodePod:
     finished: bool = False
     deleting: bool = False
     uses_gpu: bool = False
-    ours: bool = False  # a gpuop driver Job pod: never drained by the upgrade it belongs to
+    ours: bool = False  # a pod of the operator's release (its Jobs, the operator itself): never drained
     node: str = ""  # spec.nodeName
 
     @property
@@ -38,7 +57,7 @@ class NodePod:
         return f"{self.namespace}/{self.name}"
 
 
-def node_pod(obj: JsonObj) -> NodePod:
+def node_pod(obj: JsonObj, control: ControlPods | None = None) -> NodePod:
     meta = obj.get("metadata") or {}
     controller = next(
         (str(ref.get("kind", "")) for ref in meta.get("ownerReferences") or [] if ref.get("controller")), ""
@@ -54,16 +73,18 @@ def node_pod(obj: JsonObj) -> NodePod:
         for name in ((container.get("resources") or {}).get(section) or {})
     )
     labels = meta.get("labels") or {}
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    control_pod = control is not None and control.holds(namespace, name, str(labels.get(INSTANCE_LABEL, "")))
     return NodePod(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
+        namespace=namespace,
+        name=name,
         uid=str(meta.get("uid", "")),
         controller=controller,
         mirror=MIRROR_ANNOTATION in (meta.get("annotations") or {}),
         finished=(obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
         deleting="deletionTimestamp" in meta,
         uses_gpu=uses_gpu,
-        ours=labels.get(OWN_COMPONENT[0]) == OWN_COMPONENT[1],
+        ours=labels.get(OWN_COMPONENT[0]) == OWN_COMPONENT[1] or control_pod,
         node=str((obj.get("spec") or {}).get("nodeName", "")),
     )
 

@@ -34,14 +34,12 @@ from gpuop_operator.drain import NodePod, plan_drain
 from gpuop_operator.driverdefaults import concrete_label, resolved_version
 from gpuop_operator.driverjob import JobView, Operation
 from gpuop_operator.model import (
-    PAUSED_PREFIX,
     REMEDIATION_ACTIVE,
     REMEDIATION_STATE_LABEL,
-    STAGES,
     NodeInfo,
     NodePatch,
-    deploy_label,
 )
+from gpuop_operator.operandpause import OperandPause
 from gpuop_operator.upgrade import (
     FAILED_STATES,
     STATE_LABEL,
@@ -60,7 +58,8 @@ PAUSED = "gpuop.dev/driver-upgrade.paused"  # operands this upgrade paused, comm
 BOOT_ID = "gpuop.dev/driver-upgrade.boot-id"  # bootID before the reboot
 FAILURE = DRIVER_FAILURE_ANNOTATION  # why the last install/upgrade failed
 REPORTED = "gpuop.dev/driver.reported"  # uid of the failed Job whose Events were sent
-PAUSE_VALUE = f"{PAUSED_PREFIX}driver-upgrade"
+PAUSE = OperandPause("driver-upgrade", PAUSED)
+PAUSE_VALUE = PAUSE.value
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0  # a refused eviction is tried again this soon
 # Steps that need nothing from outside the pass to begin (see `DriverPlanner.walk`). Validating may
@@ -144,15 +143,6 @@ def _since(node: NodeInfo) -> float:
         return float(node.annotations.get(SINCE, "0"))
     except ValueError:
         return 0.0
-
-
-def _operand_labels(node: NodeInfo) -> list[str]:
-    return [
-        deploy_label(service)
-        for stage in STAGES
-        for service in stage
-        if node.labels.get(deploy_label(service)) == "true"
-    ]
 
 
 def _vendor(node: NodeInfo) -> str | None:
@@ -493,22 +483,17 @@ class DriverPlanner:
         self._state(node, UpgradeState.DRAINING.value, f"{len(step.remove) + len(step.waiting)} pod(s) to go")
 
     def _pause(self, node: NodeInfo, vendor: str) -> None:
-        running = _operand_labels(node)
-        paused = [s for s in node.annotations.get(PAUSED, "").split(",") if s]
-        if running:
+        labels, annotations = PAUSE.pause(node)
+        if labels:
             self._patch(
                 node,
                 UpgradeState.POD_RESTART,
-                labels=dict.fromkeys(running, PAUSE_VALUE),
-                annotations={
-                    PAUSED: ",".join(sorted({*paused, *running})),
-                    SINCE: node.annotations.get(SINCE),
-                },
+                labels=labels,
+                annotations={**annotations, SINCE: node.annotations.get(SINCE)},
             )
             self._state(node, UpgradeState.POD_RESTART.value, "pausing the GPU operands")
             return
-        services = {label.removeprefix("gpuop.dev/deploy.") for label in paused}
-        left = sorted(s for (n, s) in self.operand_pods if n == node.name and s in services)
+        left = PAUSE.left(node, self.operand_pods)
         if left:
             self._state(node, UpgradeState.POD_RESTART.value, f"waiting for {', '.join(left)} to stop")
             return
@@ -564,8 +549,7 @@ class DriverPlanner:
     @staticmethod
     def resumed(node: NodeInfo) -> dict[str, str | None]:
         """The deploy labels this walk paused, set back to "true" (not one someone else paused)."""
-        paused = [s for s in node.annotations.get(PAUSED, "").split(",") if s]
-        return {label: "true" for label in paused if node.labels.get(label) == PAUSE_VALUE}
+        return PAUSE.resumed(node)
 
     def _validate(self, node: NodeInfo) -> None:
         budget = VALIDATE_TIMEOUT_S + (self.validation_timeout_s if self.validation_recipe else 0.0)

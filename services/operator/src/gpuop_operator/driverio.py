@@ -19,7 +19,7 @@ from gpuop_common.kube import EventRecorder, ObjectRef
 from gpuop_common.kubejson import JOBS, is_status
 from kubernetes.client.exceptions import ApiException
 
-from gpuop_operator.drain import NodePod, node_pod
+from gpuop_operator.drain import ControlPods, NodePod, node_pod
 from gpuop_operator.driverflow import DriverPlan, FailedRun, NodeEvent
 from gpuop_operator.driverjob import JobSettings, JobView, build_job, log_tail_of_pod, summary_of_pod
 from gpuop_operator.kubeio import PODS, KubeJson
@@ -34,6 +34,7 @@ def pods_to_drain(
     nodes: Iterable[Any],
     label: str = STATE_LABEL,
     state: str = UpgradeState.DRAINING.value,
+    control: ControlPods | None = None,
 ) -> dict[str, list[NodePod]]:
     """Every pod on each node whose `label` (the driver upgrade's state, or remediation's) says `state`."""
     found: dict[str, list[NodePod]] = {}
@@ -41,7 +42,7 @@ def pods_to_drain(
         if node.labels.get(label) != state:
             continue
         items, _ = kube.list(PODS, None, fieldSelector=f"spec.nodeName={node.name}")
-        found[node.name] = [node_pod(item) for item in items]
+        found[node.name] = [node_pod(item, control) for item in items]
     return found
 
 

@@ -126,6 +126,7 @@ def run(ctx: ServiceContext[OperatorSettings]) -> int:
         ReconcilerSettings(
             namespace=s.namespace,
             release=s.release,
+            own_pod=os.environ.get("POD_NAME", ""),
             watch_namespace=s.watch_namespace or None,
             workers=s.workers,
             resync_interval=s.resync_interval,

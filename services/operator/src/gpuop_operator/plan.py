@@ -46,18 +46,22 @@ class PodIndex:
 
     ready: frozenset[tuple[str, str]]
     present: frozenset[tuple[str, str]]  # pods not (yet) being deleted
+    # Every pod object still there, terminating ones too: its processes may hold the GPU open
+    # until the kubelet has removed it (a reset or a driver swap waits for these to be gone).
+    on_node: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
     def of(cls, pods: Iterable[PodInfo]) -> PodIndex:
-        ready, present = set(), set()
+        ready, present, on_node = set(), set(), set()
         for pod in pods:
+            on_node.add((pod.node, COMPANION_PODS.get(pod.service, pod.service)))
             if pod.terminating:
                 # Its DaemonSet is already taking it down; teardown of earlier stages may go on.
                 continue
             present.add((pod.node, COMPANION_PODS.get(pod.service, pod.service)))
             if pod.ready:
                 ready.add((pod.node, pod.service))
-        return cls(frozenset(ready), frozenset(present))
+        return cls(frozenset(ready), frozenset(present), frozenset(on_node))
 
 
 @dataclass(frozen=True)

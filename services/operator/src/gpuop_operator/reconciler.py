@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from gpuop_operator import views
 from gpuop_operator.cache import WatchCache, object_key
 from gpuop_operator.crd import GROUP, KIND, VERSION
+from gpuop_operator.drain import ControlPods
 from gpuop_operator.driverflow import DriverPlan, FailedRun, plan_driver
 from gpuop_operator.driverflow import installed as driver_installed
 from gpuop_operator.driverio import DriverWriter, pods_to_drain, read_failed_run
@@ -88,6 +89,7 @@ _API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
 class ReconcilerSettings:
     namespace: str  # where the operand DaemonSets, pods and ConfigMaps live (the Helm release's)
     release: str  # Helm release name: ConfigMap names and the pods' instance label
+    own_pod: str = ""  # the operator's pod name: never drained, whatever its release
     watch_namespace: str | None = None  # DeviceConfigs of one namespace; None = all
     workers: int = 8  # parallel node writes
     resync_interval: float = 300.0
@@ -180,6 +182,7 @@ class Reconciler:
             namespace=ns, release=settings.release, image=DEFAULT_JOB_IMAGE
         )
         self.job_settings = job_settings
+        self._control_pods = ControlPods(settings.namespace, settings.release, settings.own_pod)
         self.driver_writer = DriverWriter(
             kube, job_settings, events, lambda kind: self.metrics.writes.labels(kind).inc(), dry_run=dry_run
         )
@@ -326,7 +329,7 @@ class Reconciler:
         elif not held:
             remediation_held = self._playbook_missing(spec.remediation.playbook)
             if not remediation_held:
-                done, remediation_plan, nodes = self._remediate(owner, spec, nodes)
+                done, remediation_plan, nodes = self._remediate(owner, spec, nodes, pods)
                 ok &= done
         plan = plan_rollout(owner, spec, nodes, pods, installed=installed, driver_ready=driver_ready)
         ok &= self._apply(plan)
@@ -442,7 +445,7 @@ class Reconciler:
         return ok and not skipped
 
     def _remediate(
-        self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo]
+        self, owner: str, spec: DeviceConfigSpec, nodes: Sequence[NodeInfo], pods: PodIndex
     ) -> tuple[bool, RemediationPlan, list[NodeInfo]]:
         """One pass of remediation over this DeviceConfig's nodes; the nodes as they are after."""
         selected = [
@@ -460,7 +463,9 @@ class Reconciler:
             and (v.phase == "failed" or (v.phase == "succeeded" and v.operation == "gpu-reset"))
         )
         try:
-            node_pods = pods_to_drain(self.kube, selected, REMEDIATION_STATE_LABEL, "draining")
+            node_pods = pods_to_drain(
+                self.kube, selected, REMEDIATION_STATE_LABEL, "draining", control=self._control_pods
+            )
         except _API_ERRORS as exc:
             log.warning("listing pods to drain failed", extra={"error": _describe(exc)})
             return False, RemediationPlan(), list(nodes)
@@ -471,6 +476,7 @@ class Reconciler:
             jobs,
             reports=self._failed_runs,
             node_pods=node_pods,
+            operand_pods=pods.on_node,
             now=time.time(),
             active_elsewhere=sum(
                 1
@@ -536,7 +542,7 @@ class Reconciler:
         jobs = self._job_views()
         ok = self._read_reports(v for v in jobs.values() if v.phase == "failed" and not v.run)
         try:
-            node_pods = pods_to_drain(self.kube, selected)
+            node_pods = pods_to_drain(self.kube, selected, control=self._control_pods)
         except _API_ERRORS as exc:
             log.warning("listing pods to drain failed", extra={"error": _describe(exc)})
             return False, DriverPlan(), list(nodes)
@@ -545,7 +551,7 @@ class Reconciler:
             selected,
             jobs,
             node_pods=node_pods,
-            operand_pods=pods.present,
+            operand_pods=pods.on_node,
             failed_runs=self._failed_runs,
             now=time.time(),
             job_deadline_s=float(self.job_settings.deadline_seconds),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -49,6 +49,7 @@ from gpuop_operator.model import (
     NodeInfo,
     NodePatch,
 )
+from gpuop_operator.operandpause import OperandPause
 from gpuop_operator.upgrade import IN_FLIGHT
 from gpuop_operator.upgrade import STATE_LABEL as UPGRADE_STATE_LABEL
 from gpuop_operator.views import CONDITION_MESSAGE_CHARS
@@ -69,8 +70,22 @@ TAINT = _PREFIX + "taint"  # JSON of the taint this run added (removed exactly, 
 FAILURE = _PREFIX + "failure"
 REPORTED = _PREFIX + "reported"  # uid of the failed Job whose task Events were sent
 HISTORY = _PREFIX + "history"  # JSON list of finished runs, newest last
+PAUSED = _PREFIX + "paused"  # deploy labels of the operands this run paused, comma-separated
+PAUSE = OperandPause("remediation", PAUSED)
 HEALTH_RESET = "gpuop.dev/gpu-health-reset"  # read by the node labeller: a GPU reset happened
-RUN_ANNOTATIONS = (SINCE, STARTED, TRIGGER, GPUS, STEPS, REPAIR, BOOT_ID, ADMIN_CORDON, TAINT, REPORTED)
+RUN_ANNOTATIONS = (
+    SINCE,
+    STARTED,
+    TRIGGER,
+    GPUS,
+    STEPS,
+    REPAIR,
+    BOOT_ID,
+    ADMIN_CORDON,
+    TAINT,
+    REPORTED,
+    PAUSED,
+)
 REBOOT_FACT = "reboot_required"  # what the repair playbook's set_stats says when a reset is not enough
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0
@@ -211,6 +226,7 @@ class _Planner:
         node_pods: Mapping[str, Sequence[NodePod]],
         now: float,
         driver_enabled: bool,
+        operand_pods: Collection[tuple[str, str]] = (),
         validation_recipe: str | None,
         validation_timeout_s: float,
         allocatable_expected: bool,
@@ -219,6 +235,7 @@ class _Planner:
         self.jobs = jobs
         self.reports = reports
         self.node_pods = node_pods
+        self.operand_pods = operand_pods
         self.now = now
         self.driver_enabled = driver_enabled
         self.recipe = validation_recipe if config.validate_after else None
@@ -345,8 +362,15 @@ class _Planner:
         }
         if job is not None:
             annotations[REPORTED] = job.uid
+        # The operands come back (the node stays tainted and cordoned): the labeller and exporter
+        # keep reporting on the GPUs a person is about to look at.
         self._patch(
-            node, State.FAILED, annotations=annotations, event=("RemediationFailed", message), warning=True
+            node,
+            State.FAILED,
+            labels=PAUSE.resumed(node),
+            annotations={**annotations, PAUSED: None},
+            event=("RemediationFailed", message),
+            warning=True,
         )
         self._state(node, State.FAILED.value, message, history)
 
@@ -422,6 +446,7 @@ class _Planner:
         self._patch(
             node,
             None,
+            labels=PAUSE.resumed(node),
             annotations={**dict.fromkeys(RUN_ANNOTATIONS, None), FAILURE: None},
             unschedulable=False if started and node.annotations.get(ADMIN_CORDON) != "true" else None,
             taints=self._without_ours(node) if started else None,
@@ -542,7 +567,7 @@ class _Planner:
                 node, f"drain refused: {names} not managed by a controller (set nodeDrainPolicy.force)"
             )
             return
-        if step.done:
+        if step.done and self._operands_paused(node):
             self._patch(
                 node,
                 State.REPAIRING,
@@ -552,6 +577,8 @@ class _Planner:
             self._job(node, "gpu-reset", vendor, self.config.playbook)
             self._state(node, State.REPAIRING.value, f"playbook {self.config.playbook}")
             return
+        if step.done:  # only the operands are left
+            return
         elapsed = self.now - self._since(node)
         if policy.timeout_seconds and elapsed >= policy.timeout_seconds:
             names = ", ".join(p.key for p in (*step.remove, *step.waiting)[:10])
@@ -560,6 +587,32 @@ class _Planner:
         self.plan.evict.extend(step.remove)
         self.plan.wake(RETRY_S)
         self._state(node, State.DRAINING.value, f"{len(step.remove) + len(step.waiting)} pod(s) to go")
+
+    def _operands_paused(self, node: NodeInfo) -> bool:
+        """Pause the node's GPU operands, then True once their pods are gone: the driver refuses a
+        reset while any process (NVML, /dev/dri, /dev/kfd, /dev/nvidia*) holds the GPU open."""
+        labels, annotations = PAUSE.pause(node)
+        if labels:
+            self._patch(
+                node,
+                State.DRAINING,
+                labels=labels,
+                annotations={**annotations, SINCE: node.annotations.get(SINCE)},
+                event=("RemediationPausingOperands", f"pausing {', '.join(sorted(labels))}"),
+            )
+            self._state(node, State.DRAINING.value, "pausing the GPU operands")
+            return False
+        left = PAUSE.left(node, self.operand_pods)
+        if not left:
+            return True
+        elapsed = self.now - self._since(node)
+        timeout = self.config.node_drain_policy.timeout_seconds
+        if timeout and elapsed >= timeout:
+            self._fail(node, f"operands still on the node {timeout}s after pausing them: {', '.join(left)}")
+            return False
+        self.plan.wake(RETRY_S)
+        self._state(node, State.DRAINING.value, f"waiting for {', '.join(left)} to stop")
+        return False
 
     def _repair(self, node: NodeInfo, vendor: str) -> None:
         sub = node.annotations.get(REPAIR, "reset")
@@ -591,9 +644,13 @@ class _Planner:
             self._state(node, State.REPAIRING.value, f"reading the result of Job {job.name}")
             return
         if job.phase == "failed":
-            self._fail(
-                node, f"repair Job {job.name} (playbook {playbook}) failed ({job.reason or 'Failed'})", job
-            )
+            why = f"repair Job {job.name} (playbook {playbook}) failed ({job.reason or 'Failed'})"
+            if not self.config.reboot_on_reset_failure:
+                self._fail(node, why, job)
+                return
+            # The tool's own words (e.g. the driver refusing the reset) go into the Event.
+            told = f"{why}: {report.summary}" if report.summary else why
+            self._to_reboot(node, vendor, told, steps=",".join([*_steps(node), "reset-failed"]))
             return
         steps = ",".join([*_steps(node), "reset"])
         if report.facts.get(REBOOT_FACT, "").lower() in ("true", "yes", "1"):
@@ -602,7 +659,13 @@ class _Planner:
             # The labeller re-takes its health baseline when this changes: sticky failures no reset
             # is visible for (NVIDIA XIDs) are forgotten on its next pass (docs/node-labeller.md).
             reset = {HEALTH_RESET: f"remediation-{node.annotations.get(STARTED, '0')}"}
-            self._patch(node, State.REPAIRING, annotations={REPAIR: "clear-wait", STEPS: steps, **reset})
+            # The operands come back now: the labeller is the one that sees the GPU healthy again.
+            self._patch(
+                node,
+                State.REPAIRING,
+                labels=PAUSE.resumed(node),
+                annotations={REPAIR: "clear-wait", STEPS: steps, PAUSED: None, **reset},
+            )
             if self._cleared(node):
                 self._to_validating(self.after(node), steps=steps)
                 return
@@ -650,7 +713,13 @@ class _Planner:
         self._patch(
             node,
             State.VALIDATING,
-            annotations={REPAIR: None, BOOT_ID: None, STEPS: steps or node.annotations.get(STEPS)},
+            labels=PAUSE.resumed(node),
+            annotations={
+                REPAIR: None,
+                BOOT_ID: None,
+                PAUSED: None,
+                STEPS: steps or node.annotations.get(STEPS),
+            },
             event=("RemediationValidating", "repaired; validating the GPUs"),
         )
         self._state(node, State.VALIDATING.value)
@@ -704,6 +773,7 @@ class _Planner:
         self._patch(
             node,
             State.RECOVERED,
+            labels=PAUSE.resumed(node),
             annotations=annotations,
             unschedulable=False if node.annotations.get(ADMIN_CORDON) != "true" else None,
             taints=self._without_ours(node),
@@ -753,6 +823,7 @@ def plan_remediation(
     *,
     reports: Mapping[str, FailedRun] | None = None,
     node_pods: Mapping[str, Sequence[NodePod]] | None = None,
+    operand_pods: Collection[tuple[str, str]] = (),
     now: float,
     active_elsewhere: int = 0,
     driver_enabled: bool = False,
@@ -764,15 +835,18 @@ def plan_remediation(
 
     `jobs`: (node, operation) -> Job; `reports`: what the pods of finished remediation Jobs said, by
     Job uid (a finished Job not in it waits for the reconciler to read its pod); `node_pods`: the
-    pods of nodes being drained; `active_elsewhere`: nodes of other DeviceConfigs in remediation
-    (`maxParallel` counts the whole cluster); `driver_enabled`: the driver lifecycle runs on these
-    nodes (a node installing or upgrading it is not started); `validation_recipe`: the test
-    runner's recipe a node must pass (with `validateAfter`) before it is given back."""
+    pods of nodes being drained; `operand_pods`: (node, service) of the operand pods still present
+    (a reset waits for those it paused to be gone); `active_elsewhere`: nodes of other
+    DeviceConfigs in remediation (`maxParallel` counts the whole cluster); `driver_enabled`: the
+    driver lifecycle runs on these nodes (a node installing or upgrading it is not started);
+    `validation_recipe`: the test runner's recipe a node must pass (with `validateAfter`) before
+    it is given back."""
     planner = _Planner(
         config,
         jobs=jobs,
         reports=reports or {},
         node_pods=node_pods or {},
+        operand_pods=operand_pods,
         now=now,
         driver_enabled=driver_enabled,
         validation_recipe=validation_recipe,

@@ -79,6 +79,11 @@ class RemediationConfig(ConfigModel):
         le=3600,
         description="After a successful reset, wait this long for the condition to clear before rebooting.",
     )
+    reboot_on_reset_failure: bool = Field(
+        True,
+        description="A reset the playbook could not do (the driver refused it) reboots the node; "
+        "false: the run fails with the tool's message.",
+    )
     history_limit: int = Field(
         5, ge=0, le=50, description="Finished runs per node kept in DeviceConfig status.remediation."
     )

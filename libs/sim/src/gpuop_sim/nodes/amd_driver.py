@@ -53,7 +53,7 @@ from gpuop_sim.nodes import mi300x_layout
 
 SIM_DIR = Path(".gpuop-sim")
 DRIVER_STATE = SIM_DIR / "amd-driver.json"
-OPEN_DIR = SIM_DIR / "open"
+OPEN_DIR = SIM_DIR / "open"  # also read by gpuop_sim.gpuholders (the host tools' "device busy")
 WRITER_SPEC = "gpuop_sim.nodes.amd_driver:write_attr"
 PCI_ROOT = Path("sys/devices/pci0000:00")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from gpuop_sim import gpuholders
 from gpuop_sim.nodes.fake_nvml_api import (
     _MAX_MIG_DEVICES,
     NVML_DEVICE_MIG_ENABLE,
@@ -21,7 +22,14 @@ from gpuop_sim.nodes.fake_nvml_api import (
     _Memory,
     _PciInfo,
 )
-from gpuop_sim.nodes.nvml_state import GpuState, MigDeviceState, NvmlState, load_state, save_state
+from gpuop_sim.nodes.nvml_state import (
+    STATE_RELPATH,
+    GpuState,
+    MigDeviceState,
+    NvmlState,
+    load_state,
+    save_state,
+)
 
 
 class FakeNvmlCore:
@@ -93,11 +101,42 @@ class FakeNvmlCore:
         if not state.driver_loaded:
             raise _fail(NVML_ERROR_DRIVER_NOT_LOADED)
         self._initialized += 1
+        if self._initialized == 1:
+            self._hold(state, held=True)
 
     def nvmlShutdown(self) -> None:  # noqa: N802
         if not self._initialized:
             raise _fail(NVML_ERROR_UNINITIALIZED)
         self._initialized -= 1
+        if not self._initialized:
+            state = self._current()
+            if state is not None:
+                self._hold(state, held=False)
+
+    def _root(self) -> Path | None:
+        """The node root whose state file this is (`<root>/var/lib/gpuop-sim/nvml.json`)."""
+        if self._path is None or self._path.parts[-len(STATE_RELPATH.parts) :] != STATE_RELPATH.parts:
+            return None
+        return Path(*self._path.parts[: -len(STATE_RELPATH.parts)])
+
+    def _hold(self, state: NvmlState, *, held: bool) -> None:
+        """An initialised NVML has every GPU's device file open: the driver counts this process as
+        a user of each (a reset or MIG mode change is refused while another process is one)."""
+        root = self._root()
+        if root is None:
+            return
+        for gpu in state.gpus:
+            pci = gpuholders.nvml_pci(gpu.bus_id)
+            if held:
+                gpuholders.hold(root, pci)
+            else:
+                gpuholders.release(root, pci)
+
+    def _held_by_others(self, gpu: GpuState) -> bool:
+        root = self._root()
+        return bool(gpu.processes) or (
+            root is not None and bool(gpuholders.holders(root, gpuholders.nvml_pci(gpu.bus_id)))
+        )
 
     def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
         return self._st().driver_version

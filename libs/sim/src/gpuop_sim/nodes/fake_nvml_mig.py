@@ -5,7 +5,8 @@ Same names, arguments, result fields and errors as nvidia-ml-py (NVML API refere
 - create finds the first free placement of the profile, INSUFFICIENT_RESOURCES when none is left;
 - a GPU instance with compute instances, or MIG mode off while GPU instances exist, is IN_USE;
 - a compute instance with processes on it (`MigDeviceState.processes`) is IN_USE to destroy;
-- a MIG mode change on a GPU held by processes (`GpuState.processes`) is not activated: the call
+- a MIG mode change on a GPU held by processes (`GpuState.processes`, or another process with NVML
+  initialised, `gpuop_sim.gpuholders`) is not activated: the call
   succeeds, the new mode stays pending and the activation status it returns is NVML_ERROR_IN_USE
   (the NVML reference: "if device unbind fails because the device isn't idle");
 - a missing instance id is NOT_FOUND.
@@ -152,7 +153,7 @@ class FakeNvmlMig(FakeNvmlCore):
             if mode == NVML_DEVICE_MIG_DISABLE and (gpu.gpu_instances or gpu.mig_devices):
                 raise _fail(NVML_ERROR_IN_USE)
             gpu.mig_pending = int(mode)
-            if mode != gpu.mig_current and gpu.processes:
+            if mode != gpu.mig_current and self._held_by_others(gpu):
                 self._save()  # pending until the GPU is idle and reset
                 return NVML_ERROR_IN_USE  # the activation status pynvml returns
             # Hopper applies the change at once when no process holds the GPU.

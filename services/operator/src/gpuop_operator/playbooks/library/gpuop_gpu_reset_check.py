@@ -1,11 +1,14 @@
 """Ansible module: the GPUs a `gpu-reset` run acts on, and after the reset, which of them are still bad.
 
 `mode: targets` checks the named PCI addresses (or, none named, lists every GPU of the vendor under
-`sys/bus/pci/devices`). `mode: check` looks at each target after its reset:
+`sys/bus/pci/devices`) and returns `ras`, each AMD target's uncorrectable RAS counts before the reset.
+`mode: check` looks at each target after its reset:
 - AMD, from the host's sysfs: the PCI function is there, a DRM render node is bound to it, a KFD
-  topology node has that render minor, and every `ras/<block>_err_count` says `ue: 0` (a reset the
-  driver recovered from re-initialises the RAS blocks; errors that are still counted mean the memory
-  is still bad).
+  topology node has that render minor, and no `ras/<block>_err_count` counted a new uncorrectable
+  error since `ras_baseline` (the counts `targets` returned). amdgpu keeps its RAS counters across a
+  GPU reset (only a driver reload or a boot clears them), so the fault that led to the reset is
+  still counted: only errors on top of it say the memory is still bad, as the node labeller also
+  reads the counters as deltas from a baseline.
 - NVIDIA, from `nvidia-smi --query-gpu=pci.bus_id,reset_status.reset_required --format=csv,noheader`
   (its stdout passed as `nvidia_query`): the GPU is listed, and not with a reset still required.
 `problems` maps each GPU still bad to why; the playbook reports `reboot_required` from it.
@@ -30,6 +33,10 @@ options:
   gpus: {description: PCI addresses (empty - every GPU of the vendor), type: list, elements: str, default: []}
   mode: {description: targets or check, type: str, choices: [targets, check], default: targets}
   nvidia_query: {description: nvidia-smi query output (mode check, NVIDIA), type: str, default: ""}
+  ras_baseline:
+    description: "mode check, AMD: the `ras` that targets returned (PCI address -> block -> ue)"
+    type: dict
+    default: {}
 """
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -76,24 +83,46 @@ def _kfd_minors(root: Path) -> set[int]:
     return found
 
 
-def _ras_problems(device: Path) -> list[str]:
-    problems = []
+def ras_counts(device: Path) -> dict[str, int | str]:
+    """Uncorrectable errors per RAS block (`ras/<block>_err_count`), or why a count is unreadable."""
+    counts: dict[str, int | str] = {}
     for counter in sorted(device.glob("ras/*_err_count")):
+        block = counter.name.removesuffix("_err_count")
         try:
             fields = dict(line.split(":", 1) for line in counter.read_text().splitlines() if ":" in line)
         except OSError as exc:
-            problems.append(f"{counter.name} unreadable: {exc.strerror}")
+            counts[block] = f"{counter.name} unreadable: {exc.strerror}"
             continue
         ue = fields.get("ue", "0").strip()
-        if not ue.isdigit():
-            problems.append(f"{counter.name}: unparsable ue {ue!r}")
-        elif int(ue):
-            block = counter.name.removesuffix("_err_count")
-            problems.append(f"RAS block {block}: {ue} uncorrectable error(s) after the reset")
+        counts[block] = int(ue) if ue.isdigit() else f"{counter.name}: unparsable ue {ue!r}"
+    return counts
+
+
+def _ras_problems(device: Path, baseline: dict[str, Any]) -> list[str]:
+    problems = []
+    for block, count in ras_counts(device).items():
+        if isinstance(count, str):
+            problems.append(count)
+            continue
+        before = baseline.get(block, 0)
+        new = count - (before if isinstance(before, int) else 0)
+        if new > 0:
+            problems.append(f"RAS block {block}: {new} new uncorrectable error(s) since before the reset")
     return problems
 
 
-def amd_problems(root: Path, gpus: list[str]) -> dict[str, str]:
+def amd_baseline(root: Path, gpus: list[str]) -> dict[str, dict[str, int]]:
+    """The targets' readable RAS counts, taken before the reset."""
+    devices = root / "sys/bus/pci/devices"
+    return {
+        pci: {block: n for block, n in ras_counts(devices / pci).items() if isinstance(n, int)}
+        for pci in gpus
+    }
+
+
+def amd_problems(
+    root: Path, gpus: list[str], baseline: dict[str, dict[str, Any]] | None = None
+) -> dict[str, str]:
     kfd = _kfd_minors(root)
     problems: dict[str, str] = {}
     for pci in gpus:
@@ -107,7 +136,7 @@ def amd_problems(root: Path, gpus: list[str]) -> dict[str, str]:
             found.append("no DRM render node")
         elif not minors & kfd:
             found.append("no KFD node")
-        found.extend(_ras_problems(device))
+        found.extend(_ras_problems(device, (baseline or {}).get(pci) or {}))
         if found:
             problems[pci] = "; ".join(found)
     return problems
@@ -144,6 +173,7 @@ def main() -> None:
             "gpus": {"type": "list", "elements": "str", "default": []},
             "mode": {"type": "str", "choices": ["targets", "check"], "default": "targets"},
             "nvidia_query": {"type": "str", "default": ""},
+            "ras_baseline": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -157,10 +187,13 @@ def main() -> None:
         module.fail_json(msg=f"no {params['vendor']} GPU under {root}/sys/bus/pci/devices to reset")
         return
     if params["mode"] == "targets":
-        module.exit_json(changed=False, gpus=gpus, msg=f"{len(gpus)} GPU(s) to reset: {', '.join(gpus)}")
+        ras = amd_baseline(root, gpus) if params["vendor"] == "amd" else {}
+        module.exit_json(
+            changed=False, gpus=gpus, ras=ras, msg=f"{len(gpus)} GPU(s) to reset: {', '.join(gpus)}"
+        )
         return
     if params["vendor"] == "amd":
-        problems = amd_problems(root, gpus)
+        problems = amd_problems(root, gpus, params["ras_baseline"])
     else:
         problems = nvidia_problems(params["nvidia_query"], gpus)
     message = (
