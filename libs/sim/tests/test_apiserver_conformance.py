@@ -276,6 +276,23 @@ def test_pod_field_selectors_binding_and_defaults(core: client.CoreV1Api) -> Non
     )
 
 
+def test_pod_qos_class_is_set_at_create_and_immutable(core: client.CoreV1Api) -> None:
+    """The real server computes status.qosClass at create and refuses any status write that changes
+    it (`status.qosClass: Invalid value: "BestEffort": field is immutable`), a kubelet's included."""
+    core.create_namespace({"metadata": {"name": "qos"}})
+    spec = {"containers": [{"name": "c", "image": "busybox:1", "resources": {"requests": {"cpu": "10m"}}}]}
+    pod = core.create_namespaced_pod("qos", {"metadata": {"name": "p"}, "spec": spec})
+    assert pod.status.qos_class == "Burstable"
+    refused = {"status": {"qosClass": "BestEffort", "phase": "Running"}}
+    with pytest.raises(ApiException) as error:
+        core.patch_namespaced_pod_status("p", "qos", refused)
+    assert error.value.status == 422
+    message = json.loads(error.value.body)["message"]
+    assert message == 'Pod "p" is invalid: status.qosClass: Invalid value: "BestEffort": field is immutable'
+    kept = core.patch_namespaced_pod_status("p", "qos", {"status": {"phase": "Running"}})
+    assert (kept.status.qos_class, kept.status.phase) == ("Burstable", "Running")
+
+
 def test_limit_and_continue(core: client.CoreV1Api) -> None:
     for i in range(5):
         core.create_namespaced_config_map("default", cm(f"page-{i}", page="yes"))

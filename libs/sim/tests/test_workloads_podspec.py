@@ -186,11 +186,12 @@ def test_configmap_volume_updates_swap_the_data_link_atomically(tmp_path: Path) 
 def test_pod_status_is_ready_only_when_running_and_every_container_is_ready() -> None:
     ready = ContainerState("a", "img", state="running", ready=True)
     waiting = ContainerState("b", "img")
-    status = pod_status("Running", [ready, waiting], "127.10.0.1", "t0", "t1")
+    status = pod_status("Running", [ready, waiting], "127.10.0.1", "t0", "t1", qos_class="Burstable")
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions["Ready"] == "False"
     assert status["podIP"] == status["hostIP"] == "127.10.0.1"
-    status = pod_status("Running", [ready], "127.10.0.1", "t0", "t1")
+    status = pod_status("Running", [ready], "127.10.0.1", "t0", "t1", qos_class="Burstable")
+    assert status["qosClass"] == "Burstable"  # the API server's, written back unchanged
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
     assert status["containerStatuses"][0]["state"] == {"running": {"startedAt": ""}}
 
