@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import EVENTS, PODS, KubeRest
+from gpuop_sim.workloads.kubeapi import EVENTS, LEASES, PODS, KubeRest
+from gpuop_sim.workloads.simkubelet.heartbeat import NODE_LEASE_NAMESPACE
 
 NS = "default"
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)"]
@@ -26,7 +27,8 @@ def cluster() -> Iterator[SimCluster]:
 
 def burstable_pod(name: str) -> dict[str, Any]:
     container = {"name": "c", "image": "test/sleeper:1", "resources": {"requests": {"cpu": "10m"}}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [container]}}
+    spec = {"containers": [container]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 def running(pod: dict[str, Any]) -> bool:
@@ -71,3 +73,18 @@ def test_a_deleted_pod_stops_its_worker_without_a_refusal_event(cluster: SimClus
     cluster.wait_for(lambda: not any(p["metadata"]["name"] == "gone" for p in api.list(PODS, NS)[0]))
     events, _ = api.list(EVENTS, NS)
     assert not [e for e in events if e.get("reason") == "FailedStatusUpdate" and "gone" in str(e)]
+
+
+def test_the_kubelet_renews_its_node_lease(cluster: SimCluster) -> None:
+    api: KubeRest = cluster.api()
+    first = cluster.wait_for_object(LEASES, "cpu-0", NODE_LEASE_NAMESPACE)
+    assert first["spec"]["holderIdentity"] == "cpu-0"
+    assert first["spec"]["leaseDurationSeconds"] == 40
+    renewed = cluster.wait_for(
+        lambda: (
+            api.get(LEASES, "cpu-0", NODE_LEASE_NAMESPACE)["spec"]["renewTime"] != first["spec"]["renewTime"]
+        ),
+        timeout=60,
+        what="a renewed node Lease",
+    )
+    assert renewed

@@ -34,6 +34,8 @@ from kubernetes import client, config
 
 from gpuop_sim.workloads.objects import Obj
 
+LEASES = Resource("coordination.k8s.io/v1", "leases", "Lease")
+
 __all__ = [
     "CONFIGMAPS",
     "DAEMONSETS",
@@ -41,6 +43,7 @@ __all__ = [
     "EVENTS",
     "JOBS",
     "JSON_PATCH",
+    "LEASES",
     "MERGE_PATCH",
     "NAMESPACES",
     "NODES",
