@@ -156,7 +156,10 @@ def test_container_sees_env_downward_api_volumes_and_rewritten_paths(cluster: Si
     assert env["TOKEN"] == "s3cret"
     assert env["NODE_NAME"] == env["GPUOP_NODE_NAME"] == node.name
     assert env["GPUOP_BIND_ADDRESS"] == node.address
-    assert Path(env["GPUOP_KUBECONFIG"]) == cluster.kubeconfig
+    # The pod's own kubeconfig (its ServiceAccount token), absolute: containers run in their own cwd.
+    kubeconfig = Path(env["GPUOP_KUBECONFIG"])
+    assert kubeconfig.is_absolute() and kubeconfig != cluster.kubeconfig
+    assert str(cluster.url) in kubeconfig.read_text()
     for key, value in node.env.items():
         assert env[key] == value
 

@@ -166,8 +166,9 @@ class SimCluster:
         )
         self.pods_mode: PodsMode = pods
         self._owns_state_dir = state_dir is None
-        self.state_dir = Path(state_dir) if state_dir else short_tmp_dir("gpuop-sim-")
-        self.kubeconfig = Path(kubeconfig) if kubeconfig else self.state_dir / "kubeconfig"
+        # Absolute: node roots, volumes and kubeconfigs are handed to containers, which run elsewhere.
+        self.state_dir = Path(state_dir).resolve() if state_dir else short_tmp_dir("gpuop-sim-")
+        self.kubeconfig = Path(kubeconfig).resolve() if kubeconfig else self.state_dir / "kubeconfig"
         self._host, self._port = host, port
         self._image_commands = dict(image_commands or {})
         # Device plugins need one kubelet emulator (gRPC servers) per node: on by default only where

@@ -35,6 +35,7 @@ from kubernetes import client, config
 from gpuop_sim.workloads.objects import Obj
 
 LEASES = Resource("coordination.k8s.io/v1", "leases", "Lease")
+SERVICEACCOUNTS = Resource("v1", "serviceaccounts", "ServiceAccount")
 
 __all__ = [
     "CONFIGMAPS",
@@ -50,6 +51,7 @@ __all__ = [
     "PODS",
     "REPLICASETS",
     "SECRETS",
+    "SERVICEACCOUNTS",
     "STRATEGIC_MERGE_PATCH",
     "KubeRest",
     "Resource",

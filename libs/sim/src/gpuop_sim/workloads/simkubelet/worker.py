@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from gpuop_common.kube import EventRecorder, EventType, ObjectRef
 
 from gpuop_sim.crilog import instance_log, pod_dir_name, read_content
-from gpuop_sim.workloads.kubeapi import PODS, KubeRest, is_status
+from gpuop_sim.workloads.kubeapi import PODS, SERVICEACCOUNTS, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, meta, name_of, namespace_of, spec_of
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
 from gpuop_sim.workloads.simkubelet.identity import RunIdentity, image_user, run_identity
+from gpuop_sim.workloads.simkubelet.incluster import access_files, pod_kubeconfig, service_env, token_request
 from gpuop_sim.workloads.simkubelet.podspec import (
     ContainerConfigError,
     PodContext,
@@ -253,7 +255,13 @@ class PodWorker:
     def _report_config_error(self, error: ContainerConfigError) -> None:
         """The kubelet's `Failed` Event for a container it could not create; once per message here,
         where a kubelet posts it at every sync and the Event count goes up."""
-        if error.reason != "CreateContainerConfigError" or error.message == self._config_error_reported:
+        if error.message == self._config_error_reported:
+            return
+        if error.reason == "ContainerCreating":  # a volume the kubelet could not set up
+            self._config_error_reported = error.message
+            self._event("", "Warning", "FailedMount", error.message)
+            return
+        if error.reason != "CreateContainerConfigError":
             return
         self._config_error_reported = error.message
         containers = [str(c.get("name")) for c in spec_of(self.pod).get("containers") or []]
@@ -261,10 +269,13 @@ class PodWorker:
 
     def _prepare(self) -> None:
         pod = self.pod
-        ctx = PodContext(self.runtime.name, self.runtime.address, self.runtime.kubeconfig, self.runtime.env)
         configmaps, secrets = self._lookup("configmaps"), self._lookup("secrets")
         volumes = volume_dirs(pod, self.runtime.root, self.pod_dir)
         self._refresh_volumes(force=True)
+        server = str(self.rest.api_client.configuration.host)
+        ctx = PodContext(
+            self.runtime.name, self.runtime.address, self._write_kubeconfig(volumes, server), self.runtime.env
+        )
         specs = list(spec_of(pod).get("containers") or [])
         # Everything that can fail and be retried comes before device admission, which must not repeat.
         resolved = []
@@ -274,7 +285,11 @@ class PodWorker:
                 mounts = container_mounts(spec, volumes)
                 command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
                 identity = run_identity(pod, spec, image_user(str(spec.get("image") or "")))
-                env = build_env(spec, pod, ctx, configmaps, secrets, home=identity.home)
+                # The Service variables first: the pod's own env may override them, as on a kubelet.
+                env = {
+                    **service_env(server),
+                    **build_env(spec, pod, ctx, configmaps, secrets, home=identity.home),
+                }
                 timings = container_probe_timings(spec, where)
                 termination = (message_path(spec, where), message_policy(spec, where))
             except ContainerConfigError as error:
@@ -317,7 +332,28 @@ class PodWorker:
 
     def _refresh_volumes(self, *, force: bool = False) -> None:
         dirs = volume_dirs(self.pod, self.runtime.root, self.pod_dir)
-        refresh_pod_volumes(self.pod, dirs, self._lookup, self._volume_versions, force=force)
+        refresh_pod_volumes(
+            self.pod, dirs, self._lookup, self._volume_versions, force=force, token_for=self._request_token
+        )
+
+    def _request_token(self, pod: Obj, source: Mapping[str, Any]) -> str:
+        """The kubelet's TokenRequest for the pod's ServiceAccount, bound to the pod."""
+        account = str(spec_of(pod).get("serviceAccountName") or "default")
+        path = SERVICEACCOUNTS.path(namespace_of(pod), account, "token")
+        try:
+            answer = self.rest.call("POST", path, body=token_request(pod, source))
+        except Exception as error:
+            raise ContainerConfigError("ContainerCreating", f"failed to fetch token: {error}") from error
+        return str((answer.get("status") or {}).get("token") or "")
+
+    def _write_kubeconfig(self, volumes: Mapping[str, Path], server: str) -> Path:
+        """The pod's kubeconfig (absolute: containers run in their own working directory)."""
+        token, ca = access_files(self.pod, volumes)
+        path = (self.pod_dir / "kubeconfig").resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(pod_kubeconfig(self.pod, server, token, ca), sort_keys=False))
+        path.chmod(0o644)  # readable by the container's user, as the token volume is
+        return path
 
     # -- per tick --------------------------------------------------------------------------------
     def _tick(self) -> None:
