@@ -157,3 +157,22 @@ def test_a_killed_join_leaves_nodes_the_lifecycle_controller_marks_unknown(
 def ready_status(api: KubeRest, node: str) -> str:
     conditions = api.get(NODES, node)["status"].get("conditions") or []
     return next((str(c["status"]) for c in conditions if c["type"] == "Ready"), "")
+
+
+def test_the_demo_runs_against_an_existing_cluster_through_join(
+    control_plane: Running, api: KubeRest, state_dir: Path
+) -> None:
+    """`make demo DEMO_ARGS="--kubeconfig PATH"`: the demo's nodes join that cluster and leave it."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "gpuop_sim.demo", "--kubeconfig", control_plane.ready["kubeconfig"],
+            "--amd-nodes", "1", "--nvidia-nodes", "0", "--pods", "stub", "--name-prefix", "demo-",
+            "--state-dir", str(state_dir), "--duration", "2", "--no-live",
+            "--chart", str(state_dir / "no-chart"),
+        ],
+        capture_output=True, text=True, timeout=180, env=dict(os.environ, COLUMNS="220"), check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"joining the cluster of {control_plane.ready['kubeconfig']}" in done.stdout
+    assert "demo-amd-0" in done.stdout
+    assert node_gone(api, "demo-amd-0")

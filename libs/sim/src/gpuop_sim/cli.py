@@ -46,7 +46,7 @@ def _count(text: str) -> int:
     return value
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     value = _count(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
@@ -67,7 +67,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, amd_default: int, 
     """Flags shared by `gpuop-sim serve` and the demo."""
     add_node_arguments(parser, amd_default=amd_default, nvidia_default=nvidia_default)
     parser.add_argument("--host", default="127.0.0.1", help="API server listen address")
-    parser.add_argument("--port", type=_port, default=0, help="API server port (0: pick a free one)")
+    parser.add_argument("--port", type=port_number, default=0, help="API server port (0: pick a free one)")
     parser.add_argument("--kubeconfig", type=Path, default=None, help="where to write the kubeconfig")
     parser.add_argument(
         "--node-monitor-grace-period",
@@ -120,7 +120,7 @@ def cluster_from_args(args: argparse.Namespace) -> SimCluster:
         port=args.port,
         kubeconfig=args.kubeconfig,
         driver_loaded=not args.no_driver,
-        node_monitor_grace_period=args.node_monitor_grace_period,
+        node_monitor_grace_period=getattr(args, "node_monitor_grace_period", None),
     )
 
 
