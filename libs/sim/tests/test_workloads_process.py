@@ -225,6 +225,14 @@ def test_unknown_image_fails_the_pod_with_a_pull_error(cluster: SimCluster) -> N
     assert waiting["reason"] == "ErrImagePull"
     assert "not-installed" in waiting["message"]
     assert failed["status"]["reason"] == "ErrImagePull"
+    # Never a silent failure: the kubelet's Warning Event names the image.
+    events = cluster.wait_for_events(
+        NS, lambda evs: [e for e in evs if e["involvedObject"]["name"] == "ghost" and e["reason"] == "Failed"]
+    )
+    failed_event = next(
+        e for e in events if e["involvedObject"]["name"] == "ghost" and e["reason"] == "Failed"
+    )
+    assert failed_event["message"].startswith('Failed to pull image "ghcr.io/nobody/not-installed:1.0"')
 
 
 def test_stop_leaves_no_container_processes(tmp_path: Path) -> None:

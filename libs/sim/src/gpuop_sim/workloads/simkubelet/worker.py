@@ -261,11 +261,13 @@ class PodWorker:
             self._config_error_reported = error.message
             self._event("", "Warning", "FailedMount", error.message)
             return
-        if error.reason != "CreateContainerConfigError":
+        if error.reason not in ("CreateContainerConfigError", "ErrImagePull", "RunContainerError"):
             return
         self._config_error_reported = error.message
         containers = [str(c.get("name")) for c in spec_of(self.pod).get("containers") or []]
-        self._event(error.container or containers[0], "Warning", "Failed", f"Error: {error.message}")
+        # An image pull failure says so itself ("Failed to pull image ..."), as the kubelet's Event.
+        message = error.message if error.reason == "ErrImagePull" else f"Error: {error.message}"
+        self._event(error.container or containers[0], "Warning", "Failed", message)
 
     def _prepare(self) -> None:
         pod = self.pod
