@@ -37,7 +37,7 @@ from gpuop_sim.workloads.objects import (
     status_of,
 )
 from gpuop_sim.workloads.simkubelet.status import ContainerState, pod_status, qos_class_of
-from gpuop_sim.workloads.simkubelet.worker import restart_backoff, utc_now
+from gpuop_sim.workloads.simkubelet.worker import restart_backoff, status_error_message, utc_now
 
 
 @dataclass(frozen=True)
@@ -352,7 +352,10 @@ class StubRunner:
         try:
             action(pod)
         except Exception as error:
-            if not is_status(error, 404, 409, 422):
+            if is_status(error, 422):
+                # A replaced pod (its uid test failed) or a status the server refused: never silent.
+                self._log.warning("stub kubelet: pod %s: write refused: %s", key, status_error_message(error))
+            elif not is_status(error, 404, 409):
                 self._log.warning("stub kubelet: pod %s: %s", key, error)
         finally:
             with self._lock:
