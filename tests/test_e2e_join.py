@@ -143,15 +143,27 @@ def test_a_killed_join_leaves_nodes_the_lifecycle_controller_marks_unknown(
     joined.stop(signal.SIGKILL)
     wait_until(lambda: ready_status(api, node) == "Unknown", 60, what=f"{node} Unknown")
     taints = wait_until(
-        lambda: (
-            {t["effect"] for t in api.get(NODES, node)["spec"].get("taints") or [] if t["key"] == UNREACHABLE}
-            == {"NoSchedule", "NoExecute"}
-        ),
-        30,
-        what="unreachable taints",
+        lambda: unreachable_effects(api, node) == {"NoSchedule", "NoExecute"}, 30, what="unreachable taints"
     )
     assert taints
-    api.delete(NODES, node)
+    # Joined again (a fresh state dir: node roots are laid once), the node side takes its Node over:
+    # Ready, and the controller lifts the taints.
+    fresh = short_tmp_dir("gpuop-join-")
+    again = Running(
+        "join", "--kubeconfig", control_plane.ready["kubeconfig"], "--cpu-nodes", "1", "--pods", "stub",
+        "--name-prefix", "killed-", "--state-dir", str(fresh),
+    )  # fmt: skip
+    try:
+        wait_until(lambda: ready_status(api, node) == "True", 30, what=f"{node} Ready again")
+        wait_until(lambda: not unreachable_effects(api, node), 30, what="unreachable taints lifted")
+    finally:
+        assert again.stop() == 0
+        shutil.rmtree(fresh, ignore_errors=True)
+    assert node_gone(api, node)
+
+
+def unreachable_effects(api: KubeRest, node: str) -> set[str]:
+    return {t["effect"] for t in api.get(NODES, node)["spec"].get("taints") or [] if t["key"] == UNREACHABLE}
 
 
 def ready_status(api: KubeRest, node: str) -> str:
