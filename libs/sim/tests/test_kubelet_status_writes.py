@@ -88,3 +88,21 @@ def test_the_kubelet_renews_its_node_lease(cluster: SimCluster) -> None:
         what="a renewed node Lease",
     )
     assert renewed
+
+
+def test_a_pod_replaced_under_the_same_name_runs_and_its_predecessor_reports_nothing(
+    cluster: SimCluster,
+) -> None:
+    api: KubeRest = cluster.api()
+    api.create(PODS, burstable_pod("twin"), NS)
+    first = cluster.wait_for_object(PODS, "twin", NS, running)
+    api.delete(PODS, "twin", NS, grace_period_seconds=0)
+    api.create(PODS, burstable_pod("twin"), NS)
+    second = cluster.wait_for_object(
+        PODS, "twin", NS, lambda p: running(p) and p["metadata"]["uid"] != first["metadata"]["uid"]
+    )
+    assert second["status"]["qosClass"] == "Burstable"
+    events, _ = api.list(EVENTS, NS)
+    assert not [
+        e for e in events if e.get("reason") == "FailedStatusUpdate" and e["involvedObject"]["name"] == "twin"
+    ]
