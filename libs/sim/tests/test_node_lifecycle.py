@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from gpuop_sim.waiting import wait_until
-from gpuop_sim.workloads.kubeapi import LEASES, NODES, KubeRest
+from gpuop_sim.workloads.kubeapi import LEASES, NODES, PODS, KubeRest
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.nodelifecycle import (
     HeartbeatClock,
@@ -66,6 +66,10 @@ def test_unknown_conditions_and_unreachable_taints() -> None:
     assert wanted_taints(node, "t") == [{"key": "gpuop.dev/upgrade", "effect": "NoSchedule"}]
 
 
+def pod_conditions(rest: KubeRest) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in rest.get(PODS, "on-quiet", "default")["status"]["conditions"]}
+
+
 def unreachable_effects(rest: KubeRest, node: str) -> set[str]:
     taints = rest.get(NODES, node).get("spec", {}).get("taints") or []
     return {t["effect"] for t in taints if t["key"] == UNREACHABLE_TAINT}
@@ -85,6 +89,19 @@ def test_the_controller_marks_a_silent_node_unknown_and_lifts_the_taints_when_it
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     mark_ready(rest, "quiet", "127.0.0.1", now)
     # A short grace period, as `--node-monitor-grace-period` allows; the outcome is the default's.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "on-quiet"},
+        "spec": {"nodeName": "quiet", "containers": [{"name": "c", "image": "x"}]},
+    }
+    rest.create(PODS, pod, "default")
+    ready_pod = [
+        {"type": t, "status": "True"} for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+    ]
+    rest.patch(
+        PODS, "on-quiet", {"status": {"phase": "Running", "conditions": ready_pod}}, "default", sub="status"
+    )
     controllers = ControllerManager(rest, node_monitor_grace_period=1.0)
     controllers.start()
     try:
@@ -93,6 +110,18 @@ def test_the_controller_marks_a_silent_node_unknown_and_lifts_the_taints_when_it
         )
         ready = next(c for c in rest.get(NODES, "quiet")["status"]["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["message"]) == ("Unknown", "Kubelet stopped posting node status.")
+        # Nobody vouches for the node's pods any more: Ready False, the other conditions as they were.
+        conditions = wait_until(
+            lambda: pod_conditions(rest) if pod_conditions(rest)["Ready"] == "False" else None,
+            30,
+            what="pod not Ready",
+        )
+        assert conditions == {
+            "Initialized": "True",
+            "Ready": "False",
+            "ContainersReady": "True",
+            "PodScheduled": "True",
+        }
 
         renew_lease(rest, "quiet")  # the kubelet is back: its Lease, then its Ready status
         lease = rest.get(LEASES, "quiet", NODE_LEASE_NAMESPACE)

@@ -38,6 +38,7 @@ from gpuop_sim.workloads.nodelifecycle import (
     NODE_MONITOR_GRACE_PERIOD,
     NODE_MONITOR_PERIOD,
     HeartbeatClock,
+    pod_not_ready_patch,
     silent_nodes,
     unknown_conditions,
     wanted_taints,
@@ -156,8 +157,31 @@ class ControllerManager:
                 log.info("node %s: kubelet stopped posting node status; marking it Unknown", name)
                 patch = {"status": {"conditions": conditions}}
                 self.rest.patch(NODES, name, patch, sub="status", content_type=STRATEGIC_MERGE_PATCH)
+                self._mark_pods_not_ready(name, now)
         for node in self.informers["nodes"].items():
             self._taint_unreachable(node, now)
+
+    def _mark_pods_not_ready(self, node_name: str, now: str) -> None:
+        """As the real controller does when a node stops being Ready: its pods' Ready condition goes
+        False (nobody can vouch for them), so Services and DaemonSet counts stop trusting them."""
+        for pod in self.informers["pods"].items():
+            if spec_of(pod).get("nodeName") != node_name:
+                continue
+            patch = pod_not_ready_patch(pod, now)
+            if patch is None:
+                continue
+            try:
+                self.rest.patch(
+                    PODS,
+                    name_of(pod),
+                    patch,
+                    namespace_of(pod),
+                    sub="status",
+                    content_type=STRATEGIC_MERGE_PATCH,
+                )
+            except Exception as error:
+                if not is_status(error, 404):
+                    raise
 
     def _taint_unreachable(self, node: Obj, now: str) -> None:
         taints = wanted_taints(node, now)

@@ -8,7 +8,7 @@ default) gets every kubelet condition set to Unknown ("Kubelet stopped posting n
 Comparing the controller's own clock, never the timestamps with it, is what makes clock skew between
 kubelets and the controller harmless, here as there.
 
-Not simulated: marking the node's pods not Ready and evicting them when their unreachable
+Its pods' Ready condition goes False then too. Not simulated: evicting them when their unreachable
 toleration (300 s by default) runs out.
 """
 
@@ -102,3 +102,13 @@ def silent_nodes(
         for name, node in nodes.items()
         if now - clock.observe(name, heartbeat_of(node, leases.get(name)), now) > grace
     ]
+
+
+def pod_not_ready_patch(pod: Obj, now: str) -> Obj | None:
+    """Strategic merge patch setting the pod's Ready condition False, or None when it is not True.
+    Conditions merge by type, so the other conditions stay as the kubelet wrote them."""
+    conditions: list[Obj] = status_of(pod).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        return None
+    return {"status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}]}}
