@@ -276,6 +276,39 @@ def test_pod_field_selectors_binding_and_defaults(core: client.CoreV1Api) -> Non
     )
 
 
+def test_pod_qos_class_is_set_at_create_and_immutable(core: client.CoreV1Api) -> None:
+    """The real server computes status.qosClass at create and refuses any status write that changes
+    it (`status.qosClass: Invalid value: "BestEffort": field is immutable`), a kubelet's included."""
+    core.create_namespace({"metadata": {"name": "qos"}})
+    spec = {"containers": [{"name": "c", "image": "busybox:1", "resources": {"requests": {"cpu": "10m"}}}]}
+    pod = core.create_namespaced_pod("qos", {"metadata": {"name": "p"}, "spec": spec})
+    assert pod.status.qos_class == "Burstable"
+    refused = {"status": {"qosClass": "BestEffort", "phase": "Running"}}
+    with pytest.raises(ApiException) as error:
+        core.patch_namespaced_pod_status("p", "qos", refused)
+    assert error.value.status == 422
+    message = json.loads(error.value.body)["message"]
+    assert message == 'Pod "p" is invalid: status.qosClass: Invalid value: "BestEffort": field is immutable'
+    kept = core.patch_namespaced_pod_status("p", "qos", {"status": {"phase": "Running"}})
+    assert (kept.status.qos_class, kept.status.phase) == ("Burstable", "Running")
+
+
+def test_token_request_for_a_service_account(core: client.CoreV1Api) -> None:
+    """What the kubelet asks for each pod's projected token; an unknown ServiceAccount is 404."""
+    core.create_namespace({"metadata": {"name": "tok"}})
+    wait_for(lambda: core.list_namespaced_service_account("tok").items, what="default ServiceAccount")
+    body = {
+        "spec": {
+            "expirationSeconds": 3607,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1"},
+        }
+    }
+    answer = core.create_namespaced_service_account_token("default", "tok", body)
+    assert answer.status.token and answer.status.expiration_timestamp
+    assert answer.spec.audiences == ["https://kubernetes.default.svc.cluster.local"]
+    assert status_of(lambda: core.create_namespaced_service_account_token("nobody", "tok", body)) == 404
+
+
 def test_limit_and_continue(core: client.CoreV1Api) -> None:
     for i in range(5):
         core.create_namespaced_config_map("default", cm(f"page-{i}", page="yes"))

@@ -110,6 +110,31 @@ def test_no_driver_flag_starts_gpu_nodes_without_a_driver() -> None:
     assert cluster_from_args(build_parser().parse_args(["serve"])).driver_loaded is True
 
 
+def test_join_needs_the_clusters_kubeconfig_and_runs_no_control_plane(tmp_path: Path) -> None:
+    from gpuop_sim.cli import build_parser, joined_from_args
+
+    with pytest.raises(SystemExit) as error:
+        build_parser().parse_args(["join", "--amd-nodes", "1"])
+    assert error.value.code == 2
+    args = build_parser().parse_args(
+        [
+            "join",
+            "--kubeconfig",
+            "kc",
+            "--amd-nodes",
+            "1",
+            "--name-prefix",
+            "sim-",
+            "--state-dir",
+            str(tmp_path),
+        ]
+    )
+    joined = joined_from_args(args)
+    assert joined.control_plane is False
+    assert joined.kubeconfig == Path("kc").resolve()  # absolute: containers run in their own folder
+    assert joined.profiles == ["amd-mi300x-cpx"]
+
+
 def test_break_gpu_makes_one_gpu_unhealthy_and_names_bad_input(tmp_path: Path) -> None:
     from gpuop_sim.nodes import build_node_root
     from gpuop_sim.nodes.faults import active_faults

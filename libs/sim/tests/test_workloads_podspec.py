@@ -186,13 +186,94 @@ def test_configmap_volume_updates_swap_the_data_link_atomically(tmp_path: Path) 
 def test_pod_status_is_ready_only_when_running_and_every_container_is_ready() -> None:
     ready = ContainerState("a", "img", state="running", ready=True)
     waiting = ContainerState("b", "img")
-    status = pod_status("Running", [ready, waiting], "127.10.0.1", "t0", "t1")
+    status = pod_status("Running", [ready, waiting], "127.10.0.1", "t0", "t1", qos_class="Burstable")
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions["Ready"] == "False"
     assert status["podIP"] == status["hostIP"] == "127.10.0.1"
-    status = pod_status("Running", [ready], "127.10.0.1", "t0", "t1")
+    status = pod_status("Running", [ready], "127.10.0.1", "t0", "t1", qos_class="Burstable")
+    assert status["qosClass"] == "Burstable"  # the API server's, written back unchanged
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
     assert status["containerStatuses"][0]["state"] == {"running": {"startedAt": ""}}
+
+
+def no_token(_pod: Any, _source: Any) -> str:
+    raise AssertionError("no token asked for")
+
+
+def api_access_pod() -> dict[str, Any]:
+    """A pod as the API server admits it: the kube-api-access projected volume added."""
+    sources = [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+    ]
+    return {
+        "metadata": {"name": "agent-x", "namespace": "gpuop", "uid": "u-9"},
+        "spec": {
+            "serviceAccountName": "agent",
+            "volumes": [{"name": "kube-api-access-1", "projected": {"sources": sources}}],
+        },
+    }
+
+
+def test_projected_api_access_volume_holds_the_pods_token_the_cluster_ca_and_namespace(
+    tmp_path: Path,
+) -> None:
+    from gpuop_sim.workloads.simkubelet.incluster import (
+        access_files,
+        pod_kubeconfig,
+        service_env,
+        token_request,
+    )
+    from gpuop_sim.workloads.simkubelet.volumes import refresh_pod_volumes
+
+    pod = api_access_pod()
+    root_ca = {
+        "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n"},
+        "metadata": {},
+    }
+    asked: list[dict[str, Any]] = []
+
+    def token_for(p: Any, source: Any) -> str:
+        asked.append(token_request(p, source))
+        return "tok-123"
+
+    dirs = {"kube-api-access-1": tmp_path / "sa"}
+    lookup = lambda kind: {"gpuop/kube-root-ca.crt": root_ca} if kind == "configmaps" else {}  # noqa: E731
+    refresh_pod_volumes(pod, dirs, lookup, {}, force=True, token_for=token_for)
+    assert (tmp_path / "sa/token").read_text() == "tok-123"
+    assert (tmp_path / "sa/ca.crt").read_text() == root_ca["data"]["ca.crt"]
+    assert (tmp_path / "sa/namespace").read_text() == "gpuop"
+    bound = asked[0]["spec"]["boundObjectRef"]
+    assert (bound["kind"], bound["name"], bound["uid"]) == ("Pod", "agent-x", "u-9")
+    assert asked[0]["spec"]["expirationSeconds"] == 3607
+
+    token, ca = access_files(pod, dirs)
+    assert (token, ca) == (tmp_path / "sa/token", tmp_path / "sa/ca.crt")
+    config = pod_kubeconfig(pod, "https://10.0.0.1:6443", token, ca)
+    assert config["users"][0]["user"] == {"tokenFile": str(tmp_path / "sa/token")}
+    assert config["clusters"][0]["cluster"]["certificate-authority"] == str(tmp_path / "sa/ca.crt")
+    assert config["contexts"][0]["context"]["namespace"] == "gpuop"
+    env = service_env("https://10.0.0.1:6443")
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.0.0.1", "6443")
+
+
+def test_a_missing_configmap_in_a_projection_fails_the_mount(tmp_path: Path) -> None:
+    from gpuop_sim.workloads.simkubelet.volumes import refresh_pod_volumes
+
+    with pytest.raises(ContainerConfigError) as error:
+        refresh_pod_volumes(
+            api_access_pod(),
+            {"kube-api-access-1": tmp_path / "sa"},
+            lambda _k: {},
+            {},
+            force=True,
+            token_for=lambda _p, _s: "t",
+        )
+    assert error.value.reason == "ContainerCreating"
+    assert error.value.message == (
+        'MountVolume.SetUp failed for volume "kube-api-access-1" : configmap "kube-root-ca.crt" not found'
+    )
 
 
 def test_downward_api_volume_writes_annotations_labels_and_names(tmp_path: Path) -> None:
@@ -226,12 +307,12 @@ def test_downward_api_volume_writes_annotations_labels_and_names(tmp_path: Path)
     }
     dirs = {"vars": tmp_path / "vars"}
     versions: dict[str, str] = {}
-    refresh_pod_volumes(pod, dirs, lambda _kind: {}, versions, force=True)
+    refresh_pod_volumes(pod, dirs, lambda _kind: {}, versions, force=True, token_for=no_token)
     assert (tmp_path / "vars/vars.json").read_text() == '{"vendor":"amd"}'
     assert (tmp_path / "vars/labels").read_text() == 'app="x"\ntier="b"'
     assert (tmp_path / "vars/name").read_text() == "job-pod"
     pod["metadata"]["annotations"]["gpuop.dev/playbook-vars"] = '{"vendor":"nvidia"}'
-    refresh_pod_volumes(pod, dirs, lambda _kind: {}, versions, force=False)
+    refresh_pod_volumes(pod, dirs, lambda _kind: {}, versions, force=False, token_for=no_token)
     assert (tmp_path / "vars/vars.json").read_text() == '{"vendor":"nvidia"}'
 
 
@@ -250,4 +331,4 @@ def test_downward_api_volume_with_an_unsupported_field_is_a_config_error(tmp_pat
         },
     }
     with pytest.raises(ContainerConfigError, match=r"spec\.nodeName"):
-        refresh_pod_volumes(pod, {"v": tmp_path / "v"}, lambda _kind: {}, {}, force=True)
+        refresh_pod_volumes(pod, {"v": tmp_path / "v"}, lambda _kind: {}, {}, force=True, token_for=no_token)

@@ -156,7 +156,10 @@ def test_container_sees_env_downward_api_volumes_and_rewritten_paths(cluster: Si
     assert env["TOKEN"] == "s3cret"
     assert env["NODE_NAME"] == env["GPUOP_NODE_NAME"] == node.name
     assert env["GPUOP_BIND_ADDRESS"] == node.address
-    assert Path(env["GPUOP_KUBECONFIG"]) == cluster.kubeconfig
+    # The pod's own kubeconfig (its ServiceAccount token), absolute: containers run in their own cwd.
+    kubeconfig = Path(env["GPUOP_KUBECONFIG"])
+    assert kubeconfig.is_absolute() and kubeconfig != cluster.kubeconfig
+    assert str(cluster.url) in kubeconfig.read_text()
     for key, value in node.env.items():
         assert env[key] == value
 
@@ -222,6 +225,14 @@ def test_unknown_image_fails_the_pod_with_a_pull_error(cluster: SimCluster) -> N
     assert waiting["reason"] == "ErrImagePull"
     assert "not-installed" in waiting["message"]
     assert failed["status"]["reason"] == "ErrImagePull"
+    # Never a silent failure: the kubelet's Warning Event names the image.
+    events = cluster.wait_for_events(
+        NS, lambda evs: [e for e in evs if e["involvedObject"]["name"] == "ghost" and e["reason"] == "Failed"]
+    )
+    failed_event = next(
+        e for e in events if e["involvedObject"]["name"] == "ghost" and e["reason"] == "Failed"
+    )
+    assert failed_event["message"].startswith('Failed to pull image "ghcr.io/nobody/not-installed:1.0"')
 
 
 def test_stop_leaves_no_container_processes(tmp_path: Path) -> None:

@@ -5,6 +5,12 @@
 prints one JSON line once the cluster is ready ({"port", "url", "kubeconfig", "state_dir", "nodes":
 {name: root}}) and runs until SIGTERM/SIGINT, then stops every simulated process and exits 0.
 
+    gpuop-sim join --kubeconfig ~/.kube/config --amd-nodes 1 --nvidia-nodes 1 [--name-prefix sim-]
+
+adds only the node side (Nodes, their simulated kubelets, device-plugin/pod-resources/DRA sockets and
+host roots) to an existing cluster, prints the same JSON line, and on SIGTERM/SIGINT deletes its
+Nodes and stops every process it started.
+
     gpuop-sim break-gpu --root <node root> 0000:05:00.0 [--kind ras|vanished|xid] [--needs-reboot]
 
 makes that GPU unhealthy (gpuop_sim.nodes.faults.break_gpu) and prints the recorded fault as JSON; a
@@ -40,7 +46,7 @@ def _count(text: str) -> int:
     return value
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
     value = _count(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
@@ -59,6 +65,21 @@ def _profiles(text: str) -> list[str]:
 
 def add_cluster_arguments(parser: argparse.ArgumentParser, *, amd_default: int, nvidia_default: int) -> None:
     """Flags shared by `gpuop-sim serve` and the demo."""
+    add_node_arguments(parser, amd_default=amd_default, nvidia_default=nvidia_default)
+    parser.add_argument("--host", default="127.0.0.1", help="API server listen address")
+    parser.add_argument("--port", type=port_number, default=0, help="API server port (0: pick a free one)")
+    parser.add_argument("--kubeconfig", type=Path, default=None, help="where to write the kubeconfig")
+    parser.add_argument(
+        "--node-monitor-grace-period",
+        type=float,
+        default=None,
+        help="seconds without heartbeats before a node is marked Unknown (kube-controller-manager's "
+        "flag; default 50)",
+    )
+
+
+def add_node_arguments(parser: argparse.ArgumentParser, *, amd_default: int, nvidia_default: int) -> None:
+    """The node side's flags: `serve` (with its control plane) and `join` (to any cluster)."""
     parser.add_argument(
         "--amd-nodes", type=_count, default=amd_default, help="AMD GPU nodes (cycling profiles)"
     )
@@ -81,9 +102,6 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, amd_default: int, 
         action="store_true",
         help="GPU nodes start with their PCI devices but no driver (the host fakes' modprobe loads it)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="API server listen address")
-    parser.add_argument("--port", type=_port, default=0, help="API server port (0: pick a free one)")
-    parser.add_argument("--kubeconfig", type=Path, default=None, help="where to write the kubeconfig")
     parser.add_argument(
         "--state-dir", type=Path, default=None, help="node roots, pod dirs and logs (default: a temp dir)"
     )
@@ -102,6 +120,22 @@ def cluster_from_args(args: argparse.Namespace) -> SimCluster:
         port=args.port,
         kubeconfig=args.kubeconfig,
         driver_loaded=not args.no_driver,
+        node_monitor_grace_period=getattr(args, "node_monitor_grace_period", None),
+    )
+
+
+def joined_from_args(args: argparse.Namespace) -> SimCluster:
+    return SimCluster(
+        args.state_dir,
+        amd_nodes=args.amd_nodes,
+        nvidia_nodes=args.nvidia_nodes,
+        cpu_nodes=args.cpu_nodes,
+        profiles=args.profiles,
+        pods=args.pods,
+        kubeconfig=args.kubeconfig,
+        driver_loaded=not args.no_driver,
+        control_plane=False,
+        name_prefix=args.name_prefix,
     )
 
 
@@ -110,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="run a simulated cluster until SIGTERM/SIGINT")
     add_cluster_arguments(serve, amd_default=1, nvidia_default=1)
+    join = commands.add_parser(
+        "join", help="add simulated GPU nodes (kubelets, device plugins, host roots) to an existing cluster"
+    )
+    join.add_argument("--kubeconfig", type=Path, required=True, help="the cluster to join")
+    join.add_argument("--name-prefix", default="", help="prefix of the node names (e.g. sim-)")
+    add_node_arguments(join, amd_default=0, nvidia_default=0)
     broken = commands.add_parser(
         "break-gpu", help="make one GPU of a simulated node unhealthy (the node's root from `serve`)"
     )
@@ -145,13 +185,21 @@ def stop_event_on_signals() -> threading.Event:
 
 
 def serve(args: argparse.Namespace) -> int:
+    return run_until_stopped(cluster_from_args(args), "start the simulated cluster")
+
+
+def join(args: argparse.Namespace) -> int:
+    return run_until_stopped(joined_from_args(args), f"join the cluster of {args.kubeconfig}")
+
+
+def run_until_stopped(cluster: SimCluster, what: str) -> int:
+    """Start, print the ready line, run until SIGTERM/SIGINT, stop everything started."""
     stop = stop_event_on_signals()
-    cluster = cluster_from_args(args)
     try:
         cluster.start()
     except Exception as error:
         cluster.stop()
-        print(f"gpuop-sim: could not start the simulated cluster: {error}", file=sys.stderr)
+        print(f"gpuop-sim: could not {what}: {error}", file=sys.stderr)
         return 1
     try:
         ready = {
@@ -174,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
         return serve(args)
+    if args.command == "join":
+        return join(args)
     if args.command == "break-gpu":
         return break_gpu(args)
     return 2

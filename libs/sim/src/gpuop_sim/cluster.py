@@ -25,14 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpuop_sim import hostfakes
 from gpuop_sim.apiserver import SimApiServer
 from gpuop_sim.crilog import PodLogFiles, instance_log, instances, read_content
 from gpuop_sim.kubelet import KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo, build_node_root
+from gpuop_sim.registration import deregister_nodes, register_node
 from gpuop_sim.shortpaths import short_tmp_dir, untraversable_parent
-from gpuop_sim.workloads.kubeapi import EVENTS, NODES, KubeRest, Resource
+from gpuop_sim.workloads.kubeapi import EVENTS, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
 from gpuop_sim.workloads.simkubelet.runtime import DeviceSource, PodsMode, SimKubelets
@@ -158,16 +160,27 @@ class SimCluster:
         stub_outcome: StubOutcomeFn | None = None,
         driver_loaded: bool = True,
         reboot_down_seconds: float = 1.0,
+        control_plane: bool = True,
+        name_prefix: str = "",
+        node_monitor_grace_period: float | None = None,
     ) -> None:
         if pods not in ("process", "stub"):
             raise ValueError(f"pods must be 'process' or 'stub', not {pods!r}")
+        if not control_plane and kubeconfig is None:
+            raise ValueError("joining an existing cluster (control_plane=False) needs its kubeconfig")
+        # True: run the simulated control plane and write its kubeconfig to `kubeconfig`. False: join
+        # the cluster `kubeconfig` names with the node side only (no server, no controllers).
+        self.control_plane = control_plane
+        self._name_prefix = name_prefix
+        self._node_grace = node_monitor_grace_period
         self.profiles = (
             list(profiles) if profiles is not None else plan_profiles(amd_nodes, nvidia_nodes, cpu_nodes)
         )
         self.pods_mode: PodsMode = pods
         self._owns_state_dir = state_dir is None
-        self.state_dir = Path(state_dir) if state_dir else short_tmp_dir("gpuop-sim-")
-        self.kubeconfig = Path(kubeconfig) if kubeconfig else self.state_dir / "kubeconfig"
+        # Absolute: node roots, volumes and kubeconfigs are handed to containers, which run elsewhere.
+        self.state_dir = Path(state_dir).resolve() if state_dir else short_tmp_dir("gpuop-sim-")
+        self.kubeconfig = Path(kubeconfig).resolve() if kubeconfig else self.state_dir / "kubeconfig"
         self._host, self._port = host, port
         self._image_commands = dict(image_commands or {})
         # Device plugins need one kubelet emulator (gRPC servers) per node: on by default only where
@@ -230,19 +243,30 @@ class SimCluster:
     def _start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._check_reachable_by_containers()
+        if self.control_plane:
+            self._start_api_server()
+        # The kubernetes client's own loader: TLS, client certificates, tokens and exec plugins.
+        self.rest = KubeRest.from_kubeconfig(self.kubeconfig)
+        self.nodes = self._build_nodes()
+        for node in self.nodes:
+            register_node(self.rest, node_object(node), node_status(node))
+        if self.control_plane:
+            grace = {} if self._node_grace is None else {"node_monitor_grace_period": self._node_grace}
+            self.controllers = ControllerManager(self.rest, **grace)
+            self.controllers.start()
+        self._start_node_side()
+
+    def _start_api_server(self) -> None:
         self.server = SimApiServer(host=self._host, port=self._port, controllers=True)
         # pods/log reads the files the simulated kubelets write (a real server asks the node's kubelet).
         self.server.pod_logs = PodLogFiles(self.state_dir / "pods")
         self.server.start()
         self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         self.server.write_kubeconfig(self.kubeconfig)
-        self.rest = KubeRest.from_kubeconfig(self.kubeconfig)
-        self.nodes = self._build_nodes()
-        for node in self.nodes:
-            self.rest.create(NODES, node_object(node))
-            self.rest.patch(NODES, node.name, {"status": node_status(node)}, sub="status")
-        self.controllers = ControllerManager(self.rest)
-        self.controllers.start()
+
+    def _start_node_side(self) -> None:
+        """What `gpuop-sim join` runs against any cluster, and `serve` against its own."""
+        assert self.rest is not None
         runtimes = [self._runtime(node) for node in self.nodes]
         self.kubelets = SimKubelets(
             self.rest,
@@ -263,7 +287,7 @@ class SimCluster:
             vendor = profile_vendor(profile)
             number = per_vendor.get(vendor, 0)
             per_vendor[vendor] = number + 1
-            name = f"{vendor}-{number}"
+            name = f"{self._name_prefix}{vendor}-{number}"
             if self._node_roots:
                 root = self.state_dir / "nodes" / name
                 info = build_node_root(profile, root, node_name=name, driver_loaded=self.driver_loaded)
@@ -318,6 +342,8 @@ class SimCluster:
             self.controllers.stop()
             self.controllers = None
         if self.rest is not None:
+            if not self.control_plane:
+                deregister_nodes(self.rest, [node.name for node in self.nodes])
             self.rest.close()
             self.rest = None
         if self.server is not None:
@@ -396,11 +422,15 @@ class SimCluster:
     # -- accessors -------------------------------------------------------------------------------
     @property
     def url(self) -> str:
-        return self._server().url
+        if self.control_plane:
+            return self._server().url
+        return str(self.api().api_client.configuration.host)
 
     @property
     def port(self) -> int:
-        return int(self._server().port)
+        if self.control_plane:
+            return int(self._server().port)
+        return int(urlsplit(self.url).port or (443 if self.url.startswith("https://") else 80))
 
     def api(self) -> KubeRest:
         if self.rest is None:

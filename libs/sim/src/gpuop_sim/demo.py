@@ -53,7 +53,13 @@ from rich.table import Table
 from gpuop_sim import helm
 from gpuop_sim.apiserver import openapi
 from gpuop_sim.binaries import MissingBinaryError, find_binary, repo_root
-from gpuop_sim.cli import add_cluster_arguments, cluster_from_args, stop_event_on_signals
+from gpuop_sim.cli import (
+    add_node_arguments,
+    cluster_from_args,
+    joined_from_args,
+    port_number,
+    stop_event_on_signals,
+)
 from gpuop_sim.cluster import PROFILE_LABEL, SimCluster, SimNode
 from gpuop_sim.nodes import faults
 from gpuop_sim.workloads.kubeapi import NODES, PODS
@@ -402,7 +408,17 @@ class Snapshots:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gpuop_sim.demo", description=__doc__.split("\n")[0])
-    add_cluster_arguments(parser, amd_default=3, nvidia_default=2)
+    add_node_arguments(parser, amd_default=3, nvidia_default=2)
+    parser.add_argument("--host", default="127.0.0.1", help="simulated API server listen address")
+    parser.add_argument("--port", type=port_number, default=0, help="simulated API server port (0: pick one)")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="run against this existing cluster: join the simulated nodes to it (as `gpuop-sim join`) "
+        "instead of starting the simulated control plane",
+    )
+    parser.add_argument("--name-prefix", default="", help="with --kubeconfig: prefix of the node names")
     parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
     parser.add_argument(
         "--no-live",
@@ -447,9 +463,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = stop_event_on_signals()
     # A pipe (logs, tests) gets a wide fixed width; a terminal keeps its own.
     console = Console() if sys.stdout.isatty() else Console(width=240)
-    cluster = cluster_from_args(args)
+    joining = args.kubeconfig is not None
+    cluster = joined_from_args(args) if joining else cluster_from_args(args)
     try:
-        console.print("Starting the simulated cluster ...")
+        what = f"simulated nodes joining the cluster of {args.kubeconfig}" if joining else "simulated cluster"
+        console.print(f"Starting the {what} ...")
         cluster.start()
         console.print(f"kubeconfig: {cluster.kubeconfig}")
         console.print(f"try:        {kubectl_hint(cluster.kubeconfig)}", soft_wrap=True)

@@ -25,6 +25,7 @@ from gpuop_sim.apiserver.subresources import (
     evict_pod,
     finalize_namespace,
     get_scale,
+    request_token,
     scale_view,
     write_scale,
 )
@@ -42,7 +43,7 @@ PATCH_TYPES = {
 
 
 # Subresources with behaviour here; the others in discovery (exec, attach, proxy...) answer 405.
-SERVED_SUBRESOURCES = frozenset({"", "status", "scale", "binding", "eviction", "finalize", "log"})
+SERVED_SUBRESOURCES = frozenset({"", "status", "scale", "binding", "eviction", "finalize", "log", "token"})
 
 
 @dataclass
@@ -279,6 +280,8 @@ class Router:
             return bind_pod(self.core, t.namespace or "", t.name, body)
         if t.subresource == "eviction":
             return evict_pod(self.core, t.namespace or "", t.name, body)
+        if t.subresource == "token" and t.rt.plural == "serviceaccounts":
+            return request_token(self.core, t.namespace or "", t.name, body)
         raise errors.method_not_allowed()
 
     def _patch(self, t: Target, raw: bytes, ctype: str, query: dict[str, str], opts: WriteOptions) -> Result:

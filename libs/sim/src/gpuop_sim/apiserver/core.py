@@ -228,6 +228,10 @@ class ApiCore(DeletionMixin):
                 frozen += pods.validate_pod_update(old, obj)
             if frozen:
                 raise errors.invalid(rt, meta["name"], frozen)
+        if rt.custom is None and subresource == "status" and rt.kind == "Pod" and rt.group == "":
+            frozen = pods.validate_pod_status_update(old, obj)
+            if frozen:
+                raise errors.invalid(rt, meta["name"], frozen)
         if rt.custom is None and rt.group == "resource.k8s.io":
             frozen = dra.validate_update(rt.kind, old, obj, status=subresource == "status")
             if frozen:

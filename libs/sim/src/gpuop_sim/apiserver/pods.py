@@ -209,6 +209,15 @@ def _mutable_stripped(spec: JsonObj) -> JsonObj:
     return out
 
 
+def validate_pod_status_update(old: JsonObj, new: JsonObj) -> list[JsonObj]:
+    """The QoS class is the server's, computed at create: no status write may change it."""
+    before = (old.get("status") or {}).get("qosClass", "")
+    after = (new.get("status") or {}).get("qosClass", "")
+    if before == after:
+        return []
+    return [cause("FieldValueInvalid", f'Invalid value: "{after}": field is immutable', "status.qosClass")]
+
+
 def validate_pod_update(old: JsonObj, new: JsonObj) -> list[JsonObj]:
     """A Pod's spec is immutable apart from images, deadlines and added tolerations."""
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}

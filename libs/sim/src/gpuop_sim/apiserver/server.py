@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import ssl
 import threading
 import uuid
 from collections.abc import Iterable
@@ -16,9 +17,10 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from gpuop_sim.apiserver import authn, events
 from gpuop_sim.apiserver import controllers as ctrl
-from gpuop_sim.apiserver import events
 from gpuop_sim.apiserver.app import Router
+from gpuop_sim.apiserver.authn import Authenticator
 from gpuop_sim.apiserver.core import ApiCore, WriteOptions
 from gpuop_sim.apiserver.establish import CrdEstablisher
 from gpuop_sim.apiserver.faults import Faults, RequestRecord, RequestStats
@@ -47,8 +49,14 @@ class SimApiServer:
         history_limit: int = 10_000,
         bookmark_interval: float = 2.0,
         compaction_interval: float | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        authenticator: Authenticator | None = None,
     ) -> None:
         self.host = host
+        # HTTPS with this context (a client CA loaded in it makes client certificates count), and
+        # who may call; by default plain HTTP and anyone, as most tests want.
+        self._ssl_context = ssl_context
+        self._authenticator = authenticator
         self._requested_port = port
         self._enabled = ctrl.resolve(controllers)
         self.registry = ResourceRegistry()
@@ -84,7 +92,8 @@ class SimApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port or self._requested_port}"
+        scheme = "https" if self._ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port or self._requested_port}"
 
     def start(self) -> SimApiServer:
         """Serve from a daemon thread; returns once the socket is listening."""
@@ -120,12 +129,19 @@ class SimApiServer:
             # A restart keeps the stored state (like etcd) and serves it from the new loop.
             self._establisher.loop = self._loop
             self._controllers.loop = self._loop
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        middlewares = [authn.middleware(self._authenticator)] if self._authenticator is not None else []
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_route("*", "/{tail:.*}", self.router.handle)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         # A restarted server comes back on the port it had, so clients can reconnect.
-        site = web.TCPSite(self._runner, self.host, self.port or self._requested_port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            self.host,
+            self.port or self._requested_port,
+            reuse_address=True,
+            ssl_context=self._ssl_context,
+        )
         await site.start()
         server = site._server
         assert server is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuop_sim.apiserver import errors
@@ -53,6 +55,33 @@ def bind_pod(core: ApiCore, ns: str, name: str, body: Any) -> Result:
     pod["metadata"]["resourceVersion"] = str(core.store.next_rv())
     core.store.put(pods.key, pod, created=False)
     return Result(201, dict(_SUCCESS_201))
+
+
+# The audience a real API server puts in tokens nobody asked a specific audience for.
+API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
+
+
+def request_token(core: ApiCore, ns: str, name: str, body: Any) -> Result:
+    """POST serviceaccounts/NAME/token (TokenRequest): what the kubelet asks for each pod's projected
+    token. This server authenticates nobody, so the token only names its ServiceAccount and pod."""
+    core.get(_rt(core, "serviceaccounts"), ns, name)  # 404 for an unknown ServiceAccount, as there
+    spec = dict((body or {}).get("spec") or {})
+    spec.setdefault("audiences", [API_AUDIENCE])
+    seconds = int(spec.setdefault("expirationSeconds", 3600))
+    bound = spec.get("boundObjectRef") or {}
+    subject = f"system:serviceaccount:{ns}:{name}"
+    token = f"sim.{subject}.{bound.get('kind', '')}/{bound.get('name', '')}.{uuid.uuid4().hex}"
+    expires = datetime.now(UTC) + timedelta(seconds=seconds)
+    return Result(
+        201,
+        {
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": None},
+            "spec": spec,
+            "status": {"token": token, "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
+        },
+    )
 
 
 def evict_pod(core: ApiCore, ns: str, name: str, body: Any) -> Result:

@@ -34,6 +34,9 @@ from kubernetes import client, config
 
 from gpuop_sim.workloads.objects import Obj
 
+LEASES = Resource("coordination.k8s.io/v1", "leases", "Lease")
+SERVICEACCOUNTS = Resource("v1", "serviceaccounts", "ServiceAccount")
+
 __all__ = [
     "CONFIGMAPS",
     "DAEMONSETS",
@@ -41,12 +44,14 @@ __all__ = [
     "EVENTS",
     "JOBS",
     "JSON_PATCH",
+    "LEASES",
     "MERGE_PATCH",
     "NAMESPACES",
     "NODES",
     "PODS",
     "REPLICASETS",
     "SECRETS",
+    "SERVICEACCOUNTS",
     "STRATEGIC_MERGE_PATCH",
     "KubeRest",
     "Resource",

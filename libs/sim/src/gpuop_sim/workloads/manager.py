@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import UTC, datetime
 
 from gpuop_sim.workloads.daemonset import build_daemon_pod, plan_daemonset, status_changed
@@ -23,12 +24,24 @@ from gpuop_sim.workloads.kubeapi import (
     DAEMONSETS,
     DEPLOYMENTS,
     JOBS,
+    JSON_PATCH,
+    LEASES,
     NODES,
     PODS,
     REPLICASETS,
+    STRATEGIC_MERGE_PATCH,
     KubeRest,
     Resource,
     is_status,
+)
+from gpuop_sim.workloads.nodelifecycle import (
+    NODE_MONITOR_GRACE_PERIOD,
+    NODE_MONITOR_PERIOD,
+    HeartbeatClock,
+    pod_not_ready_patch,
+    silent_nodes,
+    unknown_conditions,
+    wanted_taints,
 )
 from gpuop_sim.workloads.objects import (
     Obj,
@@ -63,9 +76,17 @@ def _owner_key(obj: Obj) -> tuple[str | None, str]:
 class ControllerManager:
     """DaemonSet, Deployment, ReplicaSet and Job controllers plus a scheduler, in daemon threads."""
 
-    def __init__(self, rest: KubeRest, *, resync_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        rest: KubeRest,
+        *,
+        resync_seconds: float = 5.0,
+        node_monitor_grace_period: float = NODE_MONITOR_GRACE_PERIOD,
+    ) -> None:
         self.rest = rest
         self._resync_seconds = resync_seconds
+        self._node_grace = node_monitor_grace_period
+        self._heartbeats = HeartbeatClock({})
         self.informers: dict[str, Informer] = {
             r.plural: Informer(rest, r) for r in (NODES, PODS, DAEMONSETS, DEPLOYMENTS, REPLICASETS, JOBS)
         }
@@ -78,6 +99,7 @@ class ControllerManager:
         }
         self._stop = threading.Event()
         self._resync = threading.Thread(target=self._resync_loop, name="controller-resync", daemon=True)
+        self._node_monitor = threading.Thread(target=self._monitor_nodes, name="node-lifecycle", daemon=True)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self, timeout: float = 15.0) -> None:
@@ -95,6 +117,7 @@ class ControllerManager:
         for queue in self.queues.values():
             queue.start()
         self._resync.start()
+        self._node_monitor.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -115,6 +138,65 @@ class ControllerManager:
             for obj in self.informers[plural].items():
                 self.queues[plural].add(key_of(obj))
         self.queues["scheduler"].add(_SCHEDULER_KEY)
+
+    # -- node lifecycle --------------------------------------------------------------------------
+    def _monitor_nodes(self) -> None:
+        while not self._stop.wait(NODE_MONITOR_PERIOD):
+            try:
+                self._check_node_health()
+            except Exception as error:  # the next period tries again, as the real controller does
+                log.warning("node lifecycle: health check failed (%s)", error)
+
+    def _check_node_health(self) -> None:
+        nodes = {name_of(n): n for n in self.informers["nodes"].items()}
+        leases = {name_of(lease): lease for lease in self.rest.list(LEASES, "kube-node-lease")[0]}
+        now = utc_now()
+        for name in silent_nodes(nodes, leases, self._heartbeats, time.monotonic(), self._node_grace):
+            conditions = unknown_conditions(nodes[name], now)
+            if conditions is not None:
+                log.info("node %s: kubelet stopped posting node status; marking it Unknown", name)
+                patch = {"status": {"conditions": conditions}}
+                self.rest.patch(NODES, name, patch, sub="status", content_type=STRATEGIC_MERGE_PATCH)
+                self._mark_pods_not_ready(name, now)
+        for node in self.informers["nodes"].items():
+            self._taint_unreachable(node, now)
+
+    def _mark_pods_not_ready(self, node_name: str, now: str) -> None:
+        """As the real controller does when a node stops being Ready: its pods' Ready condition goes
+        False (nobody can vouch for them), so Services and DaemonSet counts stop trusting them."""
+        for pod in self.informers["pods"].items():
+            if spec_of(pod).get("nodeName") != node_name:
+                continue
+            patch = pod_not_ready_patch(pod, now)
+            if patch is None:
+                continue
+            try:
+                self.rest.patch(
+                    PODS,
+                    name_of(pod),
+                    patch,
+                    namespace_of(pod),
+                    sub="status",
+                    content_type=STRATEGIC_MERGE_PATCH,
+                )
+            except Exception as error:
+                if not is_status(error, 404):
+                    raise
+
+    def _taint_unreachable(self, node: Obj, now: str) -> None:
+        taints = wanted_taints(node, now)
+        if taints is None:
+            return
+        # test+replace: a concurrent taint change fails the patch and the next period re-reads.
+        patch: list[Obj] = [{"op": "test", "path": "/spec/taints", "value": spec_of(node).get("taints")}]
+        patch.append({"op": "replace", "path": "/spec/taints", "value": taints})
+        if spec_of(node).get("taints") is None:
+            patch = [{"op": "add", "path": "/spec/taints", "value": taints}]
+        try:
+            self.rest.patch(NODES, name_of(node), patch, content_type=JSON_PATCH)
+        except Exception as error:
+            if not is_status(error, 404, 409, 422):
+                raise
 
     # -- event routing ---------------------------------------------------------------------------
     def _on_node(self, _event: str, _node: Obj) -> None:

@@ -29,6 +29,7 @@ from gpuop_sim.workloads.objects import (
     spec_of,
 )
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator
+from gpuop_sim.workloads.simkubelet.heartbeat import NodeHeartbeats
 from gpuop_sim.workloads.simkubelet.nodestatus import (
     mark_not_ready,
     mark_ready,
@@ -84,6 +85,7 @@ class SimKubelets:
             else None
         )
         self._resources = WorkQueue("node-resources", self._publish)
+        self.heartbeats = NodeHeartbeats(rest, self.nodes, lambda name: self._node_up[name].is_set())
 
     def start(self, timeout: float = 30.0) -> None:
         for informer in self._objects.values():
@@ -94,6 +96,7 @@ class SimKubelets:
         self._resources.start()
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="node-ready") as pool:
             list(pool.map(lambda n: mark_ready(self.rest, n.name, n.address, utc_now()), self.nodes.values()))
+        self.heartbeats.start()
         if self._device_factory is not None:
             for node in self.nodes.values():
                 self.device_sources[node.name] = self._device_factory(
@@ -107,6 +110,7 @@ class SimKubelets:
 
     def stop(self) -> None:
         """Terminate every container process (pods stay as they are in the API) and all threads."""
+        self.heartbeats.stop()
         self.pods.stop()
         with self._lock:
             workers = list(self._workers.values())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuop_sim.workloads.objects import Obj
+from gpuop_sim.workloads.objects import Obj, status_of
 
 
 @dataclass
@@ -72,11 +72,15 @@ def pod_status(
     start_time: str,
     now: str,
     *,
+    qos_class: str,
     initialized: bool = True,
     reason: str = "",
     message: str = "",
 ) -> Obj:
-    """The `status` a kubelet would write for these container states."""
+    """The `status` a kubelet would write for these container states.
+
+    `qos_class` is the one the API server computed at create (`qos_class_of`): the kubelet writes it
+    back unchanged, since any other value (or none) is refused as an immutable-field change."""
     ready = phase == "Running" and bool(containers) and all(c.ready for c in containers)
     not_ready_reason = (
         "" if ready else ("PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady")
@@ -96,13 +100,19 @@ def pod_status(
             _condition("PodScheduled", True, now),
         ],
         "containerStatuses": [c.to_status() for c in containers],
-        "qosClass": "BestEffort",
     }
+    if qos_class:
+        status["qosClass"] = qos_class
     if reason:
         status["reason"] = reason
     if message:
         status["message"] = message
     return status
+
+
+def qos_class_of(pod: Obj) -> str:
+    """The pod's QoS class as the API server set it at create."""
+    return str(status_of(pod).get("qosClass") or "")
 
 
 def comparable(status: Obj) -> Obj:

@@ -36,8 +36,8 @@ from gpuop_sim.workloads.objects import (
     spec_of,
     status_of,
 )
-from gpuop_sim.workloads.simkubelet.status import ContainerState, pod_status
-from gpuop_sim.workloads.simkubelet.worker import restart_backoff, utc_now
+from gpuop_sim.workloads.simkubelet.status import ContainerState, pod_status, qos_class_of
+from gpuop_sim.workloads.simkubelet.worker import restart_backoff, status_error_message, utc_now
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,8 @@ def stub_status(pod: Obj, address: str, now: str) -> Obj:
         state.started_at = now
         state.container_id = f"sim://stub/{meta(pod).get('uid', '')}/{state.name}"
         containers.append(state)
-    return pod_status("Succeeded" if finishes else "Running", containers, address, now, now)
+    phase = "Succeeded" if finishes else "Running"
+    return pod_status(phase, containers, address, now, now, qos_class=qos_class_of(pod))
 
 
 def needs_stub_status(pod: Obj) -> bool:
@@ -222,7 +223,11 @@ class StubRunner:
             containers.append(item)
         start = str(status_of(pod).get("startTime") or now)
         self.rest.replace_status(
-            PODS, pod, pod_status("Failed" if never else "Running", containers, address, start, now)
+            PODS,
+            pod,
+            pod_status(
+                "Failed" if never else "Running", containers, address, start, now, qos_class=qos_class_of(pod)
+            ),
         )
 
     def _timer_loop(self) -> None:
@@ -282,6 +287,7 @@ class StubRunner:
             self.addresses[node],
             run.started_at,
             utc_now(),
+            qos_class=qos_class_of(pod),
         )
         self.rest.replace_status(PODS, pod, status)
         self._schedule(uid, run, run.outcome.duration_s)
@@ -318,7 +324,8 @@ class StubRunner:
             backoff = restart_backoff(run.restart_count - 1)
             message = f"back-off {backoff:.1f}s restarting failed container"
             states = _states(pod, run, "waiting", now, reason="CrashLoopBackOff", message=message)
-            self.rest.replace_status(PODS, pod, pod_status("Running", states, address, run.started_at, now))
+            status = pod_status("Running", states, address, run.started_at, now, qos_class=qos_class_of(pod))
+            self.rest.replace_status(PODS, pod, status)
             self._schedule(uid, run, backoff, start=True)
             return
         with self._lock:
@@ -326,7 +333,8 @@ class StubRunner:
             self._done.add(uid)
         phase = "Succeeded" if code == 0 else "Failed"
         states = _states(pod, run, "terminated", now, reason=reason, code=code, message=message)
-        self.rest.replace_status(PODS, pod, pod_status(phase, states, address, run.started_at, now))
+        status = pod_status(phase, states, address, run.started_at, now, qos_class=qos_class_of(pod))
+        self.rest.replace_status(PODS, pod, status)
 
     def _submit(self, pod: Obj, action: Callable[[Obj], None], tag: str = "") -> None:
         key = key_of(pod) + ("/delete" if is_deleting(pod) else "") + tag
@@ -344,7 +352,10 @@ class StubRunner:
         try:
             action(pod)
         except Exception as error:
-            if not is_status(error, 404, 409, 422):
+            if is_status(error, 422):
+                # A replaced pod (its uid test failed) or a status the server refused: never silent.
+                self._log.warning("stub kubelet: pod %s: write refused: %s", key, status_error_message(error))
+            elif not is_status(error, 404, 409):
                 self._log.warning("stub kubelet: pod %s: %s", key, error)
         finally:
             with self._lock:

@@ -126,9 +126,38 @@ def downward_api_files(pod: Obj, source: Mapping[str, Any]) -> dict[str, bytes]:
     return files
 
 
-def service_account_files(namespace: str, token: str) -> dict[str, bytes]:
-    """What the projected kube-api-access volume holds; clients use the kubeconfig we inject instead."""
-    return {"token": token.encode(), "namespace": namespace.encode(), "ca.crt": b""}
+# (pod, serviceAccountToken source) -> a token for the pod's ServiceAccount (the kubelet's TokenRequest).
+TokenSource = Callable[[Obj, Mapping[str, Any]], str]
+
+
+def projected_files(
+    pod: Obj,
+    projected: Mapping[str, Any],
+    lookup: Callable[[str], Mapping[str, Obj]],
+    token_for: TokenSource,
+) -> dict[str, bytes]:
+    """Every source of a projected volume in one directory, as the kubelet merges them: the
+    ServiceAccount token, configMaps (kube-root-ca.crt's ca.crt for the API access volume), secrets
+    and downward-API fields. A missing non-optional configMap or secret fails the mount."""
+    namespace = namespace_of(pod)
+    files: dict[str, bytes] = {}
+    for source in projected.get("sources") or []:
+        if "serviceAccountToken" in source:
+            token_source = source["serviceAccountToken"]
+            files[str(token_source.get("path") or "token")] = token_for(pod, token_source).encode()
+        elif "configMap" in source or "secret" in source:
+            kind = "configmaps" if "configMap" in source else "secrets"
+            ref = source.get("configMap") or source.get("secret") or {}
+            obj = lookup(kind).get(f"{namespace}/{ref.get('name')}")
+            found = configmap_files(ref, obj) if kind == "configmaps" else secret_files(ref, obj)
+            if found is None and not ref.get("optional"):
+                raise ContainerConfigError(
+                    "CreateContainerConfigError", f'{kind[:-1]} "{ref.get("name")}" not found'
+                )
+            files.update(found or {})
+        elif "downwardAPI" in source:
+            files.update(downward_api_files(pod, source["downwardAPI"]))
+    return files
 
 
 def refresh_pod_volumes(
@@ -138,6 +167,7 @@ def refresh_pod_volumes(
     versions: dict[str, str],
     *,
     force: bool,
+    token_for: TokenSource,
 ) -> None:
     """(Re)write the pod's configMap/secret volumes whose source changed since `versions` recorded it.
 
@@ -173,8 +203,16 @@ def refresh_pod_volumes(
                 write_atomic_dir(target, downward_api_files(pod, volume["downwardAPI"]))
                 versions[name] = version
         elif "projected" in volume:
+            # Once per pod start here; a kubelet refreshes the token at 80 % of its lifetime (1 h).
             if force:
-                write_atomic_dir(target, service_account_files(namespace, "sim-token"))
+                try:
+                    files = projected_files(pod, volume["projected"], lookup, token_for)
+                except ContainerConfigError as error:
+                    # The kubelet's FailedMount: the pod waits in ContainerCreating and retries.
+                    raise ContainerConfigError(
+                        "ContainerCreating", f'MountVolume.SetUp failed for volume "{name}" : {error.message}'
+                    ) from error
+                write_atomic_dir(target, files)
         else:
             target.mkdir(parents=True, exist_ok=True)
             if "emptyDir" in volume:

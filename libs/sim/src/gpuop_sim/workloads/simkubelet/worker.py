@@ -10,6 +10,7 @@ the pod's status whenever what a user would see changes. On deletion it sends SI
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import threading
@@ -19,13 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from gpuop_common.kube import EventRecorder, EventType, ObjectRef
 
 from gpuop_sim.crilog import instance_log, pod_dir_name, read_content
-from gpuop_sim.workloads.kubeapi import PODS, KubeRest, is_status
+from gpuop_sim.workloads.kubeapi import PODS, SERVICEACCOUNTS, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, meta, name_of, namespace_of, spec_of
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
 from gpuop_sim.workloads.simkubelet.identity import RunIdentity, image_user, run_identity
+from gpuop_sim.workloads.simkubelet.incluster import access_files, pod_kubeconfig, service_env, token_request
 from gpuop_sim.workloads.simkubelet.podspec import (
     ContainerConfigError,
     PodContext,
@@ -44,7 +47,7 @@ from gpuop_sim.workloads.simkubelet.probestate import (
     container_probe_timings,
 )
 from gpuop_sim.workloads.simkubelet.process import ContainerProcess, container_argv
-from gpuop_sim.workloads.simkubelet.status import ContainerState, comparable, pod_status
+from gpuop_sim.workloads.simkubelet.status import ContainerState, comparable, pod_status, qos_class_of
 from gpuop_sim.workloads.simkubelet.termination import (
     TerminationSpecError,
     message_path,
@@ -57,6 +60,8 @@ log = logging.getLogger(__name__)
 
 _TICK = 0.1
 _MAX_BACKOFF = 5.0
+# How soon a refused status write is tried again: the kubelet status manager's sync period.
+_STATUS_RETRY = 10.0
 
 
 def restart_backoff(restart_count: int) -> float:
@@ -137,6 +142,9 @@ class PodWorker:
         self.pod_dir = runtime.pods_dir / pod_dir_name(namespace_of(pod), name_of(pod), self.uid)
         self._containers: list[_Container] = []
         self._last_status: Obj | None = None
+        self._refused_status: Obj | None = None  # the last status the server refused (422)
+        self._retry_refused_at = 0.0
+        self._refused_message = ""
         self._start_time = utc_now()
         self._volume_versions: dict[str, str] = {}
         self._config_error_reported = ""  # the last config error posted as an Event
@@ -223,13 +231,22 @@ class PodWorker:
                             self.runtime.address,
                             self._start_time,
                             utc_now(),
+                            qos_class=qos_class_of(self.pod),
                             reason=error.reason,
                             message=error.message,
                         )
                     )
                     self._idle_until_stopped()
                     return
-                self._patch(pod_status("Pending", states, self.runtime.address, self._start_time, utc_now()))
+                pending = pod_status(
+                    "Pending",
+                    states,
+                    self.runtime.address,
+                    self._start_time,
+                    utc_now(),
+                    qos_class=qos_class_of(self.pod),
+                )
+                self._patch(pending)
                 for _ in range(int(1.0 / _TICK)):
                     self._handle_reboots()  # nothing runs yet: acknowledge at once
                     if self._stop.wait(_TICK):
@@ -238,18 +255,29 @@ class PodWorker:
     def _report_config_error(self, error: ContainerConfigError) -> None:
         """The kubelet's `Failed` Event for a container it could not create; once per message here,
         where a kubelet posts it at every sync and the Event count goes up."""
-        if error.reason != "CreateContainerConfigError" or error.message == self._config_error_reported:
+        if error.message == self._config_error_reported:
+            return
+        if error.reason == "ContainerCreating":  # a volume the kubelet could not set up
+            self._config_error_reported = error.message
+            self._event("", "Warning", "FailedMount", error.message)
+            return
+        if error.reason not in ("CreateContainerConfigError", "ErrImagePull", "RunContainerError"):
             return
         self._config_error_reported = error.message
         containers = [str(c.get("name")) for c in spec_of(self.pod).get("containers") or []]
-        self._event(error.container or containers[0], "Warning", "Failed", f"Error: {error.message}")
+        # An image pull failure says so itself ("Failed to pull image ..."), as the kubelet's Event.
+        message = error.message if error.reason == "ErrImagePull" else f"Error: {error.message}"
+        self._event(error.container or containers[0], "Warning", "Failed", message)
 
     def _prepare(self) -> None:
         pod = self.pod
-        ctx = PodContext(self.runtime.name, self.runtime.address, self.runtime.kubeconfig, self.runtime.env)
         configmaps, secrets = self._lookup("configmaps"), self._lookup("secrets")
         volumes = volume_dirs(pod, self.runtime.root, self.pod_dir)
         self._refresh_volumes(force=True)
+        server = str(self.rest.api_client.configuration.host)
+        ctx = PodContext(
+            self.runtime.name, self.runtime.address, self._write_kubeconfig(volumes, server), self.runtime.env
+        )
         specs = list(spec_of(pod).get("containers") or [])
         # Everything that can fail and be retried comes before device admission, which must not repeat.
         resolved = []
@@ -259,7 +287,11 @@ class PodWorker:
                 mounts = container_mounts(spec, volumes)
                 command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
                 identity = run_identity(pod, spec, image_user(str(spec.get("image") or "")))
-                env = build_env(spec, pod, ctx, configmaps, secrets, home=identity.home)
+                # The Service variables first: the pod's own env may override them, as on a kubelet.
+                env = {
+                    **service_env(server),
+                    **build_env(spec, pod, ctx, configmaps, secrets, home=identity.home),
+                }
                 timings = container_probe_timings(spec, where)
                 termination = (message_path(spec, where), message_policy(spec, where))
             except ContainerConfigError as error:
@@ -302,7 +334,28 @@ class PodWorker:
 
     def _refresh_volumes(self, *, force: bool = False) -> None:
         dirs = volume_dirs(self.pod, self.runtime.root, self.pod_dir)
-        refresh_pod_volumes(self.pod, dirs, self._lookup, self._volume_versions, force=force)
+        refresh_pod_volumes(
+            self.pod, dirs, self._lookup, self._volume_versions, force=force, token_for=self._request_token
+        )
+
+    def _request_token(self, pod: Obj, source: Mapping[str, Any]) -> str:
+        """The kubelet's TokenRequest for the pod's ServiceAccount, bound to the pod."""
+        account = str(spec_of(pod).get("serviceAccountName") or "default")
+        path = SERVICEACCOUNTS.path(namespace_of(pod), account, "token")
+        try:
+            answer = self.rest.call("POST", path, body=token_request(pod, source))
+        except Exception as error:
+            raise ContainerConfigError("ContainerCreating", f"failed to fetch token: {error}") from error
+        return str((answer.get("status") or {}).get("token") or "")
+
+    def _write_kubeconfig(self, volumes: Mapping[str, Path], server: str) -> Path:
+        """The pod's kubeconfig (absolute: containers run in their own working directory)."""
+        token, ca = access_files(self.pod, volumes)
+        path = (self.pod_dir / "kubeconfig").resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(pod_kubeconfig(self.pod, server, token, ca), sort_keys=False))
+        path.chmod(0o644)  # readable by the container's user, as the token volume is
+        return path
 
     # -- per tick --------------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -466,7 +519,7 @@ class PodWorker:
             name=name_of(pod),
             namespace=namespace_of(pod),
             uid=self.uid,
-            field_path=f"spec.containers{{{container}}}",
+            field_path=f"spec.containers{{{container}}}" if container else "",
         )
         self._events.record(about, reason, message, type)
 
@@ -488,22 +541,63 @@ class PodWorker:
 
     def _report(self, phase: str) -> None:
         status = pod_status(
-            phase, [c.state for c in self._containers], self.runtime.address, self._start_time, utc_now()
+            phase,
+            [c.state for c in self._containers],
+            self.runtime.address,
+            self._start_time,
+            utc_now(),
+            qos_class=qos_class_of(self.pod),
         )
         self._patch(status)
 
     def _patch(self, status: Obj) -> None:
         if self._last_status is not None and comparable(self._last_status) == comparable(status):
             return
+        refused = self._refused_status
+        if (
+            refused is not None
+            and comparable(refused) == comparable(status)
+            and time.monotonic() < self._retry_refused_at
+        ):
+            return  # refused just now: retried at the kubelet status manager's pace, not every tick
         try:
             self.rest.replace_status(PODS, self.pod, status)
-            self._last_status = status
+            self._last_status, self._refused_status, self._refused_message = status, None, ""
         except Exception as error:
-            if is_status(error, 404, 422):
-                # Gone, or replaced by a pod of the same name: this worker has nothing left to run.
+            if not is_status(error, 404, 422):
+                log.warning("pod %s: status update failed (%s)", name_of(self.pod), error)
+            elif self._pod_gone():
+                log.info(
+                    "pod %s/%s (uid %s) is gone or replaced; stopping its containers",
+                    namespace_of(self.pod),
+                    name_of(self.pod),
+                    self.uid,
+                )
                 self._stop.set()
             else:
-                log.warning("pod %s: status update failed (%s)", name_of(self.pod), error)
+                self._status_refused(status, error)
+
+    def _pod_gone(self) -> bool:
+        """Whether this worker's pod no longer exists: deleted (404), or replaced by a pod of the same
+        name (another uid; the status write's uid test is what failed then)."""
+        try:
+            current = self.rest.get(PODS, name_of(self.pod), namespace_of(self.pod))
+        except Exception as error:
+            return is_status(error, 404)
+        return str(meta(current).get("uid", "")) != self.uid
+
+    def _status_refused(self, status: Obj, error: Exception) -> None:
+        """The pod is still there but the server refused the status (422 Invalid): a bug on our side
+        a user must see, so it is logged and posted as a Warning Event; the containers keep running."""
+        self._refused_status = status
+        self._retry_refused_at = time.monotonic() + _STATUS_RETRY
+        message = status_error_message(error)
+        if message == self._refused_message:
+            return  # reported once per distinct refusal, as the kubelet's own log would repeat it
+        self._refused_message = message
+        pod = f"{namespace_of(self.pod)}/{name_of(self.pod)}"
+        log.warning("pod %s: status update refused: %s", pod, message)
+        self._event("", "Warning", "FailedStatusUpdate", f"could not write the pod's status: {message}")
 
     def _grace(self) -> float:
         pod = self.pod
@@ -528,6 +622,15 @@ class PodWorker:
             except Exception as error:
                 if not is_status(error, 404, 409):
                     log.warning("pod %s: final delete failed (%s)", name_of(self.pod), error)
+
+
+def status_error_message(error: Exception) -> str:
+    """The API server's own message for a refused write (its Status body), else the error text."""
+    body = getattr(error, "body", None)
+    try:
+        return str(json.loads(body)["message"]) if body else str(error)
+    except (ValueError, KeyError, TypeError):
+        return str(error)
 
 
 def _own_env_names(container: Mapping[str, Any]) -> set[str]:
