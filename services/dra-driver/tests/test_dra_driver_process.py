@@ -20,6 +20,18 @@ MakeRoot = Callable[..., NodeRootInfo]
 NODE = "proc-node"
 
 
+def create_claim(api: Any, name: str, request: str) -> dict[str, Any]:
+    """A ResourceClaim in `default` asking for one device of this driver's class."""
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": {"deviceClassName": DRIVER_NAME}}]}},
+    }
+    created: dict[str, Any] = api.create(RESOURCECLAIMS, body, "default")
+    return created
+
+
 def test_the_process_publishes_prepares_and_cleans_up_on_sigterm(
     gpu_node_root: MakeRoot,
     kubelet_emulator: KubeletEmulator,
@@ -56,18 +68,7 @@ def test_the_process_publishes_prepares_and_cleans_up_on_sigterm(
         (published,) = slices()
         devices = sorted(d["name"] for d in published["spec"]["devices"])
         assert len(devices) == 63
-        claim = api.create(
-            RESOURCECLAIMS,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": "c"},
-                "spec": {
-                    "devices": {"requests": [{"name": "p", "exactly": {"deviceClassName": DRIVER_NAME}}]}
-                },
-            },
-            "default",
-        )
+        claim = create_claim(api, "c", "p")
         result = {"request": "p", "driver": DRIVER_NAME, "pool": NODE, "device": devices[0]}
         api.replace_status(RESOURCECLAIMS, claim, {"allocation": {"devices": {"results": [result]}}})
         ref = DraClaim("default", claim["metadata"]["uid"], "c")
@@ -165,18 +166,7 @@ def test_time_slicing_from_the_config_file_and_one_claim_shared_by_two_pods(
         assert "-ts-" not in device and attributes["shared"] == {"bool": False}
 
         # One claim used by two pods: prepared once, unprepared when the last pod is gone.
-        claim = api.create(
-            RESOURCECLAIMS,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": "shared"},
-                "spec": {
-                    "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER_NAME}}]}
-                },
-            },
-            "default",
-        )
+        claim = create_claim(api, "shared", "gpu")
         claim = _reserve(api, claim, device, ["uid-a", "uid-b"])
         assert [c["uid"] for c in claim["status"]["reservedFor"]] == ["uid-a", "uid-b"]
         ref = DraClaim("default", claim["metadata"]["uid"], "shared")

@@ -29,6 +29,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from gpuop_sim.cluster import SimCluster
 from gpuop_sim.nodes import PROFILES, faults
@@ -108,35 +109,31 @@ def add_node_arguments(parser: argparse.ArgumentParser, *, amd_default: int, nvi
     parser.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
+def _node_side(args: argparse.Namespace) -> dict[str, Any]:
+    """What `serve` and `join` both take: the nodes, their pods and where the kubeconfig is."""
+    return {
+        "amd_nodes": args.amd_nodes,
+        "nvidia_nodes": args.nvidia_nodes,
+        "cpu_nodes": args.cpu_nodes,
+        "profiles": args.profiles,
+        "pods": args.pods,
+        "kubeconfig": args.kubeconfig,
+        "driver_loaded": not args.no_driver,
+    }
+
+
 def cluster_from_args(args: argparse.Namespace) -> SimCluster:
     return SimCluster(
         args.state_dir,
-        amd_nodes=args.amd_nodes,
-        nvidia_nodes=args.nvidia_nodes,
-        cpu_nodes=args.cpu_nodes,
-        profiles=args.profiles,
-        pods=args.pods,
+        **_node_side(args),
         host=args.host,
         port=args.port,
-        kubeconfig=args.kubeconfig,
-        driver_loaded=not args.no_driver,
         node_monitor_grace_period=getattr(args, "node_monitor_grace_period", None),
     )
 
 
 def joined_from_args(args: argparse.Namespace) -> SimCluster:
-    return SimCluster(
-        args.state_dir,
-        amd_nodes=args.amd_nodes,
-        nvidia_nodes=args.nvidia_nodes,
-        cpu_nodes=args.cpu_nodes,
-        profiles=args.profiles,
-        pods=args.pods,
-        kubeconfig=args.kubeconfig,
-        driver_loaded=not args.no_driver,
-        control_plane=False,
-        name_prefix=args.name_prefix,
-    )
+    return SimCluster(args.state_dir, **_node_side(args), control_plane=False, name_prefix=args.name_prefix)
 
 
 def build_parser() -> argparse.ArgumentParser:
