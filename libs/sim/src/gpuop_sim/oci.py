@@ -84,7 +84,11 @@ class Podman:
     store: Path
 
     def command(self, *args: str) -> list[str]:
+        # Its temp files beside its store, not in TMPDIR: `make test`'s is under /dev/shm, which
+        # CdiHost's overlay over /dev hides from the command.
+        (self.store / "tmp").mkdir(parents=True, exist_ok=True)
         return [
+            "env", f"TMPDIR={self.store / 'tmp'}",
             "podman",
             "--root", str(self.store / "root"),
             "--runroot", str(self.store / "run"),

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuop_sim.oci import CdiHost, CdiJudge, Podman, ensure_tools
-from gpuop_sim.shortpaths import short_tmp_dir
 
 __all__ = ["cdi_judge"]
 
@@ -26,7 +26,10 @@ def cdi_judge(tmp_path: Path) -> Iterator[CdiJudge]:
     missing = ensure_tools()
     if missing:
         pytest.skip(f"missing and not installable through apt: {', '.join(missing)}")
-    store = short_tmp_dir("gp-")  # podman refuses a run root over 50 characters
+    # podman refuses a run root over 50 characters; and the store must not sit under /dev (as
+    # `make test`'s /dev/shm temp dir does): the judge lays an overlay over /dev, which hides
+    # the /dev/shm mount and with it the imported image.
+    store = Path(tempfile.mkdtemp(prefix="gp-", dir="/var/tmp"))
     try:
         podman = Podman(store)
         image = podman.import_busybox(tmp_path)
