@@ -146,6 +146,7 @@ def _walk(snap: Snapshot, node: Obj) -> Iterator[Finding]:
     yield from _remediation(snap, node)
     if config is not None and spec is not None:
         yield from _partition(node, config, spec)
+    yield from _pauses(node)
     yield from _scheduling(node)
 
 
@@ -373,6 +374,31 @@ def _log_lines(snap: Snapshot, pod: Obj, container: str) -> tuple[str, ...]:
     return tuple(f"log: {line}" for line in text.rstrip().splitlines()[-10:])
 
 
+def paused_operands(node: Obj) -> list[str]:
+    """`service=paused-for-<reason>` for each operand a walk has paused on the node."""
+    return sorted(
+        f"{k[len(DEPLOY_LABEL_PREFIX) :]}={v}"
+        for k, v in labels_of(node).items()
+        if k.startswith(DEPLOY_LABEL_PREFIX) and v.startswith(PAUSED_PREFIX)
+    )
+
+
+def _pauses(node: Obj) -> Iterator[Finding]:
+    """Checked after the driver, health, remediation and partition links: a pause is what those
+    walks do, so the walk (or the fault that started it) is the first broken link, not the pause."""
+    paused = paused_operands(node)
+    if paused:
+        yield Finding(
+            f.P006,
+            "operands paused: " + ", ".join(paused),
+            (
+                "paused-for-driver-upgrade: the driver upgrade; paused-for-remediation: a GPU reset "
+                "(remediation); paused-for-config-change: the config manager",
+            ),
+            "wait: whoever paused them sets the label back to true when done",
+        )
+
+
 def _operands(snap: Snapshot, node: Obj) -> Iterator[Finding]:
     name = name_of(node)
     deploy = {
@@ -380,7 +406,7 @@ def _operands(snap: Snapshot, node: Obj) -> Iterator[Finding]:
         for k, v in labels_of(node).items()
         if k.startswith(DEPLOY_LABEL_PREFIX)
     }
-    paused = sorted(f"{s}={v}" for s, v in deploy.items() if v.startswith(PAUSED_PREFIX))
+    paused = paused_operands(node)
     problems = 0
     for service in sorted(s for s, v in deploy.items() if v == "true"):
         pods = _operand_pods(snap, name, service)
@@ -399,16 +425,6 @@ def _operands(snap: Snapshot, node: Obj) -> Iterator[Finding]:
             if finding is not None:
                 problems += 1
                 yield finding
-    if paused:
-        yield Finding(
-            f.P006,
-            "operands paused: " + ", ".join(paused),
-            (
-                "paused-for-driver-upgrade: the driver upgrade; paused-for-remediation: a GPU reset "
-                "(remediation); paused-for-config-change: the config manager",
-            ),
-            "wait: whoever paused them sets the label back to true when done",
-        )
     if not problems and annotations_of(node).get(STAGE_ANNOTATION) == "operands-rolling" and not paused:
         yield Finding(
             f.P007,
