@@ -59,7 +59,7 @@ def _gpuop_sim() -> str:
 @pytest.fixture
 def state_dir() -> Iterator[Path]:
     """A join's state dir: short (unix socket paths) and open to containers' users, as a node's."""
-    path = short_tmp_dir("gpuop-join-")
+    path = short_tmp_dir("gj-")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -67,12 +67,13 @@ def state_dir() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def control_plane() -> Iterator[Running]:
     helm.dependency_build(UMBRELLA)
-    home = short_tmp_dir("gpuop-cp-")
+    home = short_tmp_dir("gc-")
     kubeconfig = home / "kubeconfig"
-    # A short grace period (kube-controller-manager's flag) so the killed join's nodes go Unknown soon.
+    # A shorter grace period than the default 50 s (kube-controller-manager's flag) so the killed
+    # join's nodes go Unknown sooner; still over two 10 s Lease renewals, or live nodes would flap.
     serve = Running(
         "serve", "--amd-nodes", "0", "--nvidia-nodes", "0", "--kubeconfig", str(kubeconfig),
-        "--node-monitor-grace-period", "3",
+        "--node-monitor-grace-period", "25",
     )  # fmt: skip
     assert serve.ready["nodes"] == {}
     yield serve
@@ -141,14 +142,14 @@ def test_a_killed_join_leaves_nodes_the_lifecycle_controller_marks_unknown(
     node = "killed-cpu-0"
     wait_until(lambda: ready_status(api, node) == "True", 30, what=f"{node} Ready")
     joined.stop(signal.SIGKILL)
-    wait_until(lambda: ready_status(api, node) == "Unknown", 60, what=f"{node} Unknown")
+    wait_until(lambda: ready_status(api, node) == "Unknown", 90, what=f"{node} Unknown")
     taints = wait_until(
         lambda: unreachable_effects(api, node) == {"NoSchedule", "NoExecute"}, 30, what="unreachable taints"
     )
     assert taints
     # Joined again (a fresh state dir: node roots are laid once), the node side takes its Node over:
     # Ready, and the controller lifts the taints.
-    fresh = short_tmp_dir("gpuop-join-")
+    fresh = short_tmp_dir("gj-")
     again = Running(
         "join", "--kubeconfig", control_plane.ready["kubeconfig"], "--cpu-nodes", "1", "--pods", "stub",
         "--name-prefix", "killed-", "--state-dir", str(fresh),

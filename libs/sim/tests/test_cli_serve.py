@@ -156,3 +156,15 @@ def test_break_gpu_makes_one_gpu_unhealthy_and_names_bad_input(tmp_path: Path) -
             timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_a_grace_period_shorter_than_two_lease_renewals_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every live node would go Unknown between two heartbeats (kube-controller-manager's rule)."""
+    from gpuop_sim import cli
+
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["serve", "--node-monitor-grace-period", "3"])
+    assert refused.value.code == 2
+    assert "--node-monitor-grace-period 3 is shorter than two node Lease renewals" in capsys.readouterr().err

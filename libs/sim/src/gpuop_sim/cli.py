@@ -33,6 +33,7 @@ from typing import Any
 
 from gpuop_sim.cluster import SimCluster
 from gpuop_sim.nodes import PROFILES, faults
+from gpuop_sim.workloads.simkubelet.heartbeat import RENEW_INTERVAL
 
 KNOWN_PROFILES = tuple(PROFILES)
 
@@ -214,7 +215,16 @@ def run_until_stopped(cluster: SimCluster, what: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    grace = getattr(args, "node_monitor_grace_period", None)
+    if grace is not None and grace < 2 * RENEW_INTERVAL:
+        # As kube-controller-manager's docs ask: several kubelet heartbeats fit in the grace
+        # period, or every node flaps to Unknown between two of them.
+        parser.error(
+            f"--node-monitor-grace-period {grace:g} is shorter than two node Lease renewals "
+            f"({2 * RENEW_INTERVAL:g} s): every node would go Unknown between heartbeats"
+        )
     level = getattr(args, "log_level", "WARNING")  # break-gpu has no --log-level
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
