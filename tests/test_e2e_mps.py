@@ -39,20 +39,6 @@ def _running(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 
 
-def _print_operand_logs(cluster: SimCluster) -> None:
-    """On a failed wait: what each operand said (pytest shows it with the failure)."""
-    pods, _ = cluster.api().list(PODS, NAMESPACE)
-    for pod in pods:
-        for container in pod["spec"]["containers"]:
-            try:
-                print(
-                    pod["metadata"]["name"],
-                    cluster.pod_log(NAMESPACE, pod["metadata"]["name"], container["name"])[-3000:],
-                )
-            except FileNotFoundError:
-                print(pod["metadata"]["name"], pod.get("status"))
-
-
 @pytest.mark.slow
 def test_mps_deviceconfig_runs_the_control_daemon_then_the_plugin_advertises_replicas() -> None:
     with SimCluster(profiles=["nvidia-h100x8"], pods="process") as cluster:
@@ -96,7 +82,7 @@ def test_mps_deviceconfig_runs_the_control_daemon_then_the_plugin_advertises_rep
             )
         except Exception:
             print(_node(cluster, node.name)["status"].get("allocatable"))
-            _print_operand_logs(cluster)
+            print(cluster.pod_logs_report(NAMESPACE))
             raise
         # The host's daemon runs with the per-client defaults the plugin passes to containers.
         state = hostfakes.mps_state(node.root)

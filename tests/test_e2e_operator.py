@@ -69,16 +69,7 @@ def test_umbrella_chart_rolls_every_gpu_node_out_to_ready(cluster: SimCluster) -
     try:
         cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready")
     except Exception:
-        pods, _ = cluster.api().list(PODS, NAMESPACE)
-        for pod in pods:
-            for container in pod["spec"]["containers"]:
-                try:
-                    print(
-                        pod["metadata"]["name"],
-                        cluster.pod_log(NAMESPACE, pod["metadata"]["name"], container["name"])[-1500:],
-                    )
-                except FileNotFoundError:
-                    print(pod["metadata"]["name"], pod.get("status"))
+        print(cluster.pod_logs_report(NAMESPACE, tail=1500))
         raise
     api = cluster.api()
     for node in cluster.nodes:

@@ -34,7 +34,7 @@ from gpuop_sim.kubelet import KubeletEmulator
 from gpuop_sim.nodes import NodeRootInfo, build_node_root
 from gpuop_sim.registration import deregister_nodes, register_node
 from gpuop_sim.shortpaths import short_tmp_dir, untraversable_parent
-from gpuop_sim.workloads.kubeapi import EVENTS, KubeRest, Resource
+from gpuop_sim.workloads.kubeapi import EVENTS, PODS, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
 from gpuop_sim.workloads.simkubelet.runtime import DeviceSource, PodsMode, SimKubelets
@@ -451,6 +451,20 @@ class SimCluster:
                 f"node {node!r} runs no kubelet emulator (device_plugins is off or no such node)"
             )
         return source
+
+    def pod_logs_report(self, namespace: str, tail: int = 3000) -> str:
+        """Every container's last `tail` characters of log in the namespace (a pod without logs: its
+        status): what a failed wait in a test prints so the reason shows with the failure."""
+        lines: list[str] = []
+        for pod in self.api().list(PODS, namespace)[0]:
+            name = pod["metadata"]["name"]
+            for container in pod["spec"]["containers"]:
+                try:
+                    log = self.pod_log(namespace, name, container["name"])[-tail:]
+                    lines.append(f"{name}/{container['name']}: {log}")
+                except FileNotFoundError:
+                    lines.append(f"{name}/{container['name']}: no log; status {pod.get('status')}")
+        return "\n".join(lines)
 
     def pod_log(self, namespace: str, name: str, container: str) -> str:
         """What a `process` pod's container wrote to stdout/stderr: every instance of the newest pod of
