@@ -20,6 +20,15 @@ MakeRoot = Callable[..., NodeRootInfo]
 NODE = "proc-node"
 
 
+def node_with_plugin_dirs(api: KubeJson, kubelet_emulator: KubeletEmulator) -> Path:
+    """The Node and the kubelet's plugin folders a driver process expects; the plugins folder."""
+    api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    plugins = kubelet_emulator.root / "var/lib/kubelet/plugins"
+    plugins.mkdir(parents=True, exist_ok=True)
+    kubelet_emulator.plugins_registry.mkdir(parents=True, exist_ok=True)
+    return plugins
+
+
 def create_claim(api: Any, name: str, request: str) -> dict[str, Any]:
     """A ResourceClaim in `default` asking for one device of this driver's class."""
     body = {
@@ -40,10 +49,7 @@ def test_the_process_publishes_prepares_and_cleans_up_on_sigterm(
 ) -> None:
     info = gpu_node_root("amd-mi300x-cpx")
     api = KubeJson(kube_api_client)
-    api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    plugins = kubelet_emulator.root / "var/lib/kubelet/plugins"
-    plugins.mkdir(parents=True, exist_ok=True)
-    kubelet_emulator.plugins_registry.mkdir(parents=True, exist_ok=True)
+    plugins = node_with_plugin_dirs(api, kubelet_emulator)
     args = [
         sys.executable,
         "-m",
@@ -124,10 +130,7 @@ def test_time_slicing_from_the_config_file_and_one_claim_shared_by_two_pods(
 ) -> None:
     info = gpu_node_root("amd-single")
     api = KubeJson(kube_api_client)
-    api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    plugins = kubelet_emulator.root / "var/lib/kubelet/plugins"
-    plugins.mkdir(parents=True, exist_ok=True)
-    kubelet_emulator.plugins_registry.mkdir(parents=True, exist_ok=True)
+    plugins = node_with_plugin_dirs(api, kubelet_emulator)
     config = tmp_path / "config.yaml"  # the chart's ConfigMap: the draDriver section of the spec
     config.write_text("sharing:\n  timeSlicing:\n    replicas: 2\n")
     args = [
