@@ -55,7 +55,8 @@ def test_gpu_nodes_carry_nfd_pci_labels_but_no_driver(cluster: SimCluster) -> No
 def test_installed_driver_survives_a_reboot_only_when_listed_for_boot(cluster: SimCluster) -> None:
     root = cluster.node("amd-0").root
     assert run(root, "apt-get", "install", "-y", f"linux-headers-{hostfakes.DEFAULT_KERNEL}") == 0
-    assert run(root, "apt-get", "install", "-y", "amdgpu-dkms=6.12.0") == 0
+    version = hostfakes.add_vendor_repository(root, "amd", "6.3.4")
+    assert run(root, "apt-get", "install", "-y", f"amdgpu-dkms={version}") == 0
     assert run(root, "modprobe", "amdgpu") == 0
     assert (root / "dev/kfd").is_file() and (root / "sys/class/kfd/kfd/topology/nodes").is_dir()
     cluster.reboot_node("amd-0")

@@ -270,9 +270,13 @@ def test_host_job_installs_and_loads_the_driver_on_a_node_without_one(cluster: S
     node = cluster.nodes[0]
     assert not node.driver_loaded and not (node.root / "dev/kfd").exists()
     assert AmdSysfsBackend(node.root).enumerate() == []
+    radeon = "deb file:///srv/repo.radeon.com/amdgpu/6.3.4/ubuntu/ jammy main"
+    hostfakes.write_file(node.root / "etc/apt/sources.list.d/amdgpu.list", radeon)
+    version = hostfakes.amd_dkms_version("6.3.4")
     commands = [
+        "apt-get update",
         f"apt-get install -y linux-headers-{hostfakes.DEFAULT_KERNEL}",
-        "apt-get install -y amdgpu-dkms=6.12.0",
+        f"apt-get install -y amdgpu-dkms={version}",
         "modprobe amdgpu",
     ]
     cluster.api().create(JOBS, host_job("install", node.name, [f"--host-cmd={';'.join(commands)}"]), NS)
@@ -284,7 +288,7 @@ def test_host_job_installs_and_loads_the_driver_on_a_node_without_one(cluster: S
     assert (node.root / "dev/kfd").is_file()
     (gpu,) = AmdSysfsBackend(node.root).enumerate()
     assert gpu.pci_address == "0000:19:00.0"
-    assert (node.root / "sys/module/amdgpu/version").read_text().strip() == "6.12.0"
+    assert (node.root / "sys/module/amdgpu/version").read_text().strip() == version
 
 
 def test_fake_reboot_in_a_host_job_reboots_the_node_and_fails_the_pod(cluster: SimCluster) -> None:

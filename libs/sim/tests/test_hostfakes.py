@@ -65,10 +65,35 @@ def test_apt_cache_madison_answers_from_the_repositories_of_the_last_update(
     ]
 
 
+def test_apt_install_refuses_a_vendor_package_or_version_the_updated_lists_lack_as_apt_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lay_bare_host(tmp_path, "ubuntu-22.04", "amd", gpus=1)
+    headers = "linux-headers-6.8.0-40-generic"
+    # No vendor repository: apt knows no amdgpu-dkms, installs nothing (not even the headers).
+    assert run(tmp_path, "apt-get", "install", "-y", headers, "amdgpu-dkms") == 100
+    assert capsys.readouterr().err == "E: Unable to locate package amdgpu-dkms\n"
+    assert run(tmp_path, "dpkg-query", "-W", headers) == 1
+    # Added but not read by an `apt-get update` yet: still unknown.
+    radeon = "deb file:///srv/radeon/amdgpu/6.3.4/ubuntu/ jammy main"
+    hostfakes.write_file(tmp_path / "etc/apt/sources.list.d/amdgpu.list", radeon)
+    assert run(tmp_path, "apt-get", "install", "-y", "amdgpu-dkms") == 100
+    assert "Unable to locate package amdgpu-dkms" in capsys.readouterr().err
+    assert run(tmp_path, "apt-get", "update") == 0
+    # A version the repository does not hold (the release of another repository).
+    assert run(tmp_path, "apt-get", "install", "-y", "amdgpu-dkms=6.12.0") == 100
+    assert capsys.readouterr().err == "E: Version '6.12.0' for 'amdgpu-dkms' was not found\n"
+    held = hostfakes.amd_dkms_version("6.3.4")
+    assert run(tmp_path, "apt-get", "install", "-y", headers, f"amdgpu-dkms={held}") == 0
+    assert run(tmp_path, "dpkg-query", "-W", "-f=${Version}", "amdgpu-dkms") == 0
+    assert capsys.readouterr().out.endswith(held)
+
+
 def test_a_dkms_package_needs_headers_and_builds_for_the_running_kernel(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     host = lay_bare_host(tmp_path, "ubuntu-22.04", "amd", gpus=1)
+    version = hostfakes.add_vendor_repository(tmp_path, "amd", "6.3.4")
     assert run(tmp_path, "apt-get", "install", "-y", "amdgpu-dkms") == 100
     assert "kernel headers for kernel 6.8.0-40-generic cannot be found" in capsys.readouterr().err
     assert run(tmp_path, "modprobe", "amdgpu") == 1
@@ -76,7 +101,7 @@ def test_a_dkms_package_needs_headers_and_builds_for_the_running_kernel(
     assert run(tmp_path, "apt-get", "install", "-y", f"linux-headers-{host.kernel}", "amdgpu-dkms") == 0
     capsys.readouterr()
     assert run(tmp_path, "dkms", "status", "-m", "amdgpu") == 0
-    assert capsys.readouterr().out == f"amdgpu/1.0, {host.kernel}, x86_64: installed\n"
+    assert capsys.readouterr().out == f"amdgpu/{version}, {host.kernel}, x86_64: installed\n"
     assert run(tmp_path, "modprobe", "amdgpu", "noretry=1") == 0
     assert (tmp_path / "sys/module/amdgpu/parameters/noretry").read_text().strip() == "1"
     assert (tmp_path / "dev/kfd").exists() and (tmp_path / "dev/dri/renderD128").exists()
@@ -99,6 +124,7 @@ def test_an_injected_dkms_failure_fails_the_package_install(
 
 def test_modprobe_nvidia_lays_one_node_per_gpu_and_reboot_counts(tmp_path: Path) -> None:
     lay_bare_host(tmp_path, "ubuntu-24.04", "nvidia", gpus=3)
+    hostfakes.add_vendor_repository(tmp_path, "nvidia", "ubuntu2404")
     assert (
         run(tmp_path, "apt-get", "install", "-y", "linux-headers-6.8.0-40-generic", "nvidia-driver-570-open")
         == 0
@@ -121,6 +147,7 @@ def test_a_reboot_unloads_everything_and_loads_modules_load_d_if_built_for_the_n
     tmp_path: Path,
 ) -> None:
     host = lay_bare_host(tmp_path, "ubuntu-22.04", "amd", gpus=1)
+    hostfakes.add_vendor_repository(tmp_path, "amd", "6.3.4")
     assert run(tmp_path, "apt-get", "install", "-y", f"linux-headers-{host.kernel}", "amdgpu-dkms") == 0
     hostfakes.write_file(tmp_path / "etc/modules-load.d/gpu.conf", "# boot\namdgpu")
     assert run(tmp_path, "reboot") == 0

@@ -35,11 +35,14 @@ def tree(root: Path) -> dict[str, str]:
     return out
 
 
-def install_amdgpu(root: Path, version: str = "6.12.0") -> None:
+def install_amdgpu(root: Path, release: str = "6.3.4") -> str:
+    """apt installs the amdgpu release's DKMS package from its repository; returns its version."""
     set_kernel = root / hostfakes.KERNEL
     kernel = set_kernel.read_text().strip() if set_kernel.is_file() else KERNEL
+    version = hostfakes.add_vendor_repository(root, "amd", release)
     assert run(root, "apt-get", "install", "-y", f"linux-headers-{kernel}") == 0
     assert run(root, "apt-get", "install", "-y", f"amdgpu-dkms={version}") == 0
+    return version
 
 
 @pytest.mark.parametrize("profile", ["amd-mi300x-cpx", "amd-mi210x8"])
@@ -59,14 +62,14 @@ def test_amd_node_without_driver_has_pci_devices_only_until_modprobe(tmp_path: P
     assert AmdSysfsBackend(bare.root).enumerate() == []
 
     assert run(bare.root, "modprobe", "amdgpu") == 1  # nothing built yet
-    install_amdgpu(bare.root)
+    installed = install_amdgpu(bare.root)
     assert run(bare.root, "modprobe", "amdgpu") == 0
     assert (bare.root / "etc/os-release").is_file()  # a host the driver playbooks can run on
     host_os = ("etc/", "usr/lib/systemd/", "var/lib/")
     loaded = {k: v for k, v in tree(bare.root).items() if not k.startswith(host_os)}
     reference = tree(full.root)
     version = "sys/module/amdgpu/version"
-    assert loaded.pop(version) == "6.12.0\n"  # the DKMS build's version
+    assert loaded.pop(version) == f"{installed}\n"  # the DKMS build's version
     reference.pop(version)
     assert loaded == reference  # exactly the profile's tree, not the minimal bare-host layout
     gpus = AmdSysfsBackend(bare.root).enumerate()
@@ -115,6 +118,7 @@ def test_nvidia_node_without_driver_answers_driver_not_loaded_until_modprobe(tmp
     assert type(raised.value).__name__ == "NVMLError_DriverNotLoaded"
 
     assert run(bare.root, "apt-get", "install", "-y", f"linux-headers-{KERNEL}") == 0
+    hostfakes.add_vendor_repository(bare.root, "nvidia", "ubuntu2404")
     assert run(bare.root, "apt-get", "install", "-y", "nvidia-driver-570-open") == 0
     for module in ("nvidia", "nvidia-modeset", "nvidia-uvm"):
         assert run(bare.root, "modprobe", module) == 0

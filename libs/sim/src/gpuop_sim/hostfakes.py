@@ -12,7 +12,9 @@ its earlier commands did: installed packages (`dpkg-query`, `rpm -q`), built DKM
 Where they differ from the real tools: no download (`curl -o` writes a made-up key; `apt-get update`
 notes the `deb` lines of sources.list(.d) and `apt-cache madison` answers from those alone, with the
 made-up vendor repositories: `amd_dkms_version` per amdgpu release, `NVIDIA_DRIVERS` per CUDA
-repository; a package no noted repository holds gets no line, as from apt), no compiler; a `*-dkms`
+repository; a package no noted repository holds gets no line, as from apt, and `apt-get install`
+refuses a vendor package or version the lists lack with apt's own `E:` line and exit 100), no
+compiler; a `*-dkms`
 (or NVIDIA kernel module) package "builds" for the running kernel at install time, as its postinst
 does. On a simulated node's root (a node profile, `gpuop_sim.drivertree`) `modprobe amdgpu` /
 `modprobe nvidia` move in the profile's own driver tree (the KFD/DRM tree `build_node_root` lays;
@@ -296,11 +298,58 @@ def _package_args(args: list[str]) -> list[str]:
     return [a for a in args if not a.startswith("-")]
 
 
+# Packages only a vendor repository holds (the distro's own, headers and all, are always found).
+_VENDOR_PACKAGES = re.compile(r"^(amdgpu-dkms|nvidia-driver-\d+-open|cuda-drivers(-\d+)?|nvidia-open)$")
+
+
+def _apt_candidates(root: Path, name: str) -> list[str]:
+    """Versions of a vendor package in the lists of the last `apt-get update`, highest first."""
+    lists = json.loads((root / APT_LISTS).read_text()) if (root / APT_LISTS).is_file() else []
+    return [v for uri, suite, *_ in lists for v in _repository_packages(uri, suite).get(name, [])]
+
+
+def apt_resolve(root: Path, packages: list[str]) -> list[str] | str:
+    """`name[=version]` specs as apt installs them (a vendor package at its candidate version), or
+    apt's refusal: apt resolves every package before it installs any, from the lists of the last
+    `apt-get update` alone (a repository added since is not read yet)."""
+    resolved = []
+    for spec in packages:
+        name, version = _split_pin(spec)
+        if _VENDOR_PACKAGES.match(name) is None:
+            resolved.append(spec)
+            continue
+        candidates = _apt_candidates(root, name)
+        if not candidates:
+            return f"E: Unable to locate package {name}"
+        if version and version not in candidates:
+            return f"E: Version '{version}' for '{name}' was not found"
+        resolved.append(f"{name}={version or candidates[0]}")
+    return resolved
+
+
+def add_vendor_repository(root: Path, vendor: str, release: str) -> str:
+    """What a host that installs a vendor driver by hand has done first: the vendor's apt source
+    added and `apt-get update` run (AMD: the amdgpu `release`, e.g. 6.3.4; NVIDIA: the CUDA
+    repository of a distro, e.g. ubuntu2404). Returns the candidate version of the driver package."""
+    if vendor == "amd":
+        line, package = f"deb file:///srv/repo.radeon.com/amdgpu/{release}/ubuntu/ jammy main", "amdgpu-dkms"
+    else:
+        line, package = f"deb file:///srv/cuda/repos/{release}/x86_64/ /", "nvidia-open"
+    write_file(root / f"etc/apt/sources.list.d/gpuop-test-{vendor}.list", line)
+    apt_get(root, ["update"])
+    return _apt_candidates(root, package)[0]
+
+
 def apt_get(root: Path, args: list[str]) -> int:
     words = _package_args(args)
     verb, packages = (words[0], words[1:]) if words else ("", [])
     if verb == "install":
-        return _install(root, packages, error_code=100)
+        print("Reading package lists...\nBuilding dependency tree...\nReading state information...")
+        resolved = apt_resolve(root, packages)
+        if isinstance(resolved, str):
+            print(resolved, file=sys.stderr)
+            return 100
+        return _install(root, resolved, error_code=100)
     if verb in ("remove", "purge", "autoremove"):
         return _remove(root, packages)
     if verb == "update":  # the lists apt-cache answers from: what the sources named at this update
