@@ -39,6 +39,15 @@ containers:
       {{- toYaml .args | nindent 6 }}
     env:
       {{- include "gpuop.commonEnv" $ctx | nindent 6 }}
+      # Vendor recipes run in a pod of the tools image (config.toolsImage) in this namespace.
+      - name: GPUOP_TOOLS_NAMESPACE
+        valueFrom:
+          fieldRef:
+            fieldPath: metadata.namespace
+      {{- with $v.runtimeClassName }}
+      - name: GPUOP_TOOLS_RUNTIME_CLASS
+        value: {{ . | quote }}
+      {{- end }}
       - name: NVIDIA_VISIBLE_DEVICES
         value: all
       - name: NVIDIA_DRIVER_CAPABILITIES
