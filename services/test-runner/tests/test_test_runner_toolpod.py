@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,18 @@ def run_on(
     return executor.run(RunRequest(recipe=RecipeBook().get(recipe), trigger="MANUAL"))
 
 
+@contextmanager
+def failing(node: SimNode, gpu: str) -> Iterator[None]:
+    """The node's fake tools report `gpu` failed while inside."""
+    fail = node.root / FAIL_FILE
+    fail.parent.mkdir(parents=True, exist_ok=True)
+    fail.write_text(f"{gpu}\n")
+    try:
+        yield
+    finally:
+        fail.unlink()
+
+
 def tools_pods(sim: SimCluster, node: SimNode) -> list[dict[str, Any]]:
     pods, _ = sim.api().list(PODS, NAMESPACE, labelSelector=f"{NODE_LABEL}={node.name}")
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -95,13 +108,8 @@ def test_rvs_runs_in_the_amd_tools_image_and_judges_each_gpu(
     assert " gst 13261 Gflop: " in log and "pass: TRUE" in log  # the tool's own lines, via pods/log
     assert labels(sim, node)[RESULT_LABEL] == "passed"
 
-    fail = node.root / FAIL_FILE
-    fail.parent.mkdir(parents=True, exist_ok=True)
-    fail.write_text("13261\n")  # RVS names the GPU by its KFD gpu_id
-    try:
+    with failing(node, "13261"):  # RVS names the GPU by its KFD gpu_id
         failed = run_on(sim, node, "gst_single", MIRRORS, tmp_path=tmp_path, monkeypatch=monkeypatch)
-    finally:
-        fail.unlink()
     assert (failed.result, failed.reason) == ("Failed", "GpuFailed")
     assert [(g.index, g.result) for g in failed.gpus] == [(0, "failed")]
     assert labels(sim, node)[RESULT_LABEL] == "failed"
@@ -112,13 +120,8 @@ def test_dcgmi_runs_in_the_nvidia_tools_image_with_the_target_indices(
     sim: SimCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = node_of(sim, "nvidia")
-    fail = node.root / FAIL_FILE
-    fail.parent.mkdir(parents=True, exist_ok=True)
-    fail.write_text("5\n")  # dcgmi names the GPU by its NVML index
-    try:
+    with failing(node, "5"):  # dcgmi names the GPU by its NVML index
         result = run_on(sim, node, "dcgm-level-1", MIRRORS, tmp_path=tmp_path, monkeypatch=monkeypatch)
-    finally:
-        fail.unlink()
     assert (result.result, result.reason) == ("Failed", "GpuFailed")
     assert {g.index: g.result for g in result.gpus} == {
         i: ("failed" if i == 5 else "passed") for i in range(8)
