@@ -44,6 +44,11 @@ containers:
         valueFrom:
           fieldRef:
             fieldPath: metadata.namespace
+      {{- $secrets := concat ($v.global.imagePullSecrets | default list) ($v.imagePullSecrets | default list) | uniq }}
+      {{- with $secrets }}
+      - name: GPUOP_TOOLS_IMAGE_PULL_SECRETS
+        value: {{ join "," . | quote }}
+      {{- end }}
       {{- with $v.runtimeClassName }}
       - name: GPUOP_TOOLS_RUNTIME_CLASS
         value: {{ . | quote }}

@@ -89,7 +89,8 @@ def test_rbac_is_nodes_get_patch_and_events_create_patch(chart: Path) -> None:
 
 
 def test_tools_images_default_to_the_vendors_and_pods_know_their_namespace(chart: Path) -> None:
-    docs = helm.template(chart, values=["runtimeClassName=nvidia"])
+    secrets = ["global.imagePullSecrets={mirror}", "imagePullSecrets={own}"]
+    docs = helm.template(chart, values=["runtimeClassName=nvidia", *secrets])
     config = yaml.safe_load(by_kind(docs, "ConfigMap")["data"]["config.yaml"])
     assert config["toolsImage"] == {
         "amd": "docker.io/rocm/test-runner:v1.4.1",
@@ -99,6 +100,8 @@ def test_tools_images_default_to_the_vendors_and_pods_know_their_namespace(chart
     env = {e["name"]: e for e in pod_spec(by_kind(docs, "DaemonSet"))["containers"][0]["env"]}
     assert env["GPUOP_TOOLS_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["GPUOP_TOOLS_RUNTIME_CLASS"]["value"] == "nvidia"
+    assert env["GPUOP_TOOLS_IMAGE_PULL_SECRETS"]["value"] == "mirror,own"  # the mirror's pull secret
+    assert "GPUOP_TOOLS_IMAGE_PULL_SECRETS" not in str(helm.template(chart))  # none: none passed
 
 
 def test_privileges_follow_values_and_say_why(chart: Path) -> None:

@@ -27,7 +27,7 @@ from gpuop_test_runner.metrics import TestRunnerMetrics
 from gpuop_test_runner.recipes import RecipeBook
 from gpuop_test_runner.report import Reporter
 from gpuop_test_runner.results import RESULT_LABEL, RunResult
-from gpuop_test_runner.toolpod import NODE_LABEL, PodSite, pod_verdict, tools_for
+from gpuop_test_runner.toolpod import NODE_LABEL, PodSite, pod_manifest, pod_verdict, tools_for
 
 pytestmark = pytest.mark.slow
 NAMESPACE = "gpu-operator"
@@ -157,3 +157,25 @@ def test_pod_verdicts_follow_the_kubelets_container_states() -> None:
     assert started.state == "missing"
     done = pod_verdict(pod({"terminated": {"reason": "Error", "exitCode": 3}}, "Failed"))
     assert (done.state, done.exit_code) == ("terminated", 3)
+
+
+def test_the_tools_pod_is_pinned_privileged_and_pulls_with_the_charts_secrets() -> None:
+    pod = pod_manifest(
+        name="gpuop-tools-gpu-1-ab12cd34",
+        node="gpu-1",
+        image=AMD_MIRROR,
+        argv=["rvs", "-c", "/opt/rocm/share/rocm-validation-suite/conf/gst_single.conf"],
+        run_id="ab12cd34",
+        runtime_class="nvidia",
+        pull_secrets=["mirror"],
+    )
+    spec = pod["spec"]
+    assert (spec["nodeName"], spec["restartPolicy"], spec["runtimeClassName"]) == ("gpu-1", "Never", "nvidia")
+    assert spec["imagePullSecrets"] == [{"name": "mirror"}]
+    assert spec["tolerations"] == [{"operator": "Exists"}]  # a tainted node under remediation too
+    (container,) = spec["containers"]
+    assert container["command"][0] == "rvs" and container["image"] == AMD_MIRROR
+    assert container["securityContext"] == {"privileged": True, "runAsUser": 0}
+    assert pod["metadata"]["labels"][NODE_LABEL] == "gpu-1"
+    plain = pod_manifest(name="p", node="n", image="i", argv=["x"], run_id="r")
+    assert "imagePullSecrets" not in plain["spec"]

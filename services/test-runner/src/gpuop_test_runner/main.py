@@ -57,7 +57,10 @@ def _site(settings: TestRunnerSettings, api: client.ApiClient | None) -> PodSite
     """Where tools-image pods go; None (local tools only) without a cluster, node or namespace."""
     if api is None or not settings.node_name or not settings.tools_namespace:
         return None
-    return PodSite(KubeJson(api), settings.node_name, settings.tools_namespace, settings.tools_runtime_class)
+    secrets = tuple(s.strip() for s in settings.tools_image_pull_secrets.split(",") if s.strip())
+    return PodSite(
+        KubeJson(api), settings.node_name, settings.tools_namespace, settings.tools_runtime_class, secrets
+    )
 
 
 def _executor(  # noqa: PLR0917 (the run's inputs, each from a different place)

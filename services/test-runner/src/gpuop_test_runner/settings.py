@@ -46,6 +46,11 @@ class TestRunnerSettings(AgentSettings):
     tools_runtime_class: str = Field(
         "", max_length=253, description="runtimeClassName of the tools-image pods (NVIDIA: e.g. nvidia)."
     )
+    tools_image_pull_secrets: str = Field(
+        "",
+        max_length=4096,
+        description="Comma-separated Secrets the tools-image pods pull with (the chart's imagePullSecrets).",
+    )
     vendor: Literal["auto", "amd", "nvidia"] = Field(
         "auto", description="GPU backends to use; auto detects them from the host root."
     )

@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 CONTAINER = "tools"
 NODE_LABEL = "gpuop.dev/test-tools-node"  # every tools pod of a node: leftovers are found by it
 RUN_LABEL = "gpuop.dev/test-run"
-POLL_S = 0.5
+POLL_S = 0.5  # first wait between reads of the Pod; it grows to MAX_POLL_S for long runs
+MAX_POLL_S = 5.0
 DELETE_GRACE_S = 5  # the tool gets SIGTERM, then SIGKILL 5 s later: as for a local tool's group
 # Waiting reasons of a container whose image the node cannot pull (kubelet: images.ErrImagePull etc.).
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
@@ -61,7 +62,14 @@ def node_label_value(node: str) -> str:
 
 
 def pod_manifest(
-    *, name: str, node: str, image: str, argv: Sequence[str], run_id: str, runtime_class: str = ""
+    *,
+    name: str,
+    node: str,
+    image: str,
+    argv: Sequence[str],
+    run_id: str,
+    runtime_class: str = "",
+    pull_secrets: Sequence[str] = (),
 ) -> JsonObj:
     """The tools Pod: the recipe's argv in `image`, on `node`, with the host's devices."""
     spec: JsonObj = {
@@ -97,6 +105,8 @@ def pod_manifest(
             {"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}},
         ],
     }
+    if pull_secrets:  # a private registry or an air-gapped mirror: the chart's imagePullSecrets
+        spec["imagePullSecrets"] = [{"name": secret} for secret in pull_secrets]
     if runtime_class:
         spec["runtimeClassName"] = runtime_class  # NVIDIA: the driver's libraries come from the runtime
     return {
@@ -163,6 +173,7 @@ class PodTools:
         image: str,
         setting: str,
         runtime_class: str = "",
+        pull_secrets: Sequence[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
@@ -171,6 +182,7 @@ class PodTools:
         self.image = image
         self.setting = setting
         self.runtime_class = runtime_class
+        self.pull_secrets = tuple(pull_secrets)
         self.clock = clock
 
     def describe(self) -> str:
@@ -188,6 +200,7 @@ class PodTools:
             argv=argv,
             run_id=run,
             runtime_class=self.runtime_class,
+            pull_secrets=self.pull_secrets,
         )
         log.write(f"--- gpuop: pod {self.namespace}/{name} runs it in {self.image} ({self.setting})\n")
         log.flush()
@@ -209,6 +222,7 @@ class PodTools:
         self, name: str, executable: str, *, timeout: float, log: TextIO, should_stop: Callable[[], bool]
     ) -> ToolOutcome:
         deadline = self.clock() + timeout
+        pause = POLL_S
         while True:
             if should_stop():
                 return ToolOutcome(exit_code=None, output=self._log(name), aborted=True)
@@ -219,7 +233,7 @@ class PodTools:
             except ApiException as exc:
                 # An API blip is no verdict: ask again, the recipe's timeout bounds the wait.
                 logger.warning("cannot read the tools pod", extra={"pod": name, "status": exc.status})
-                time.sleep(POLL_S)
+                time.sleep(pause)
                 continue
             if verdict.state == "missing":
                 raise ToolImageError(
@@ -235,7 +249,10 @@ class PodTools:
                     log.write(f"--- gpuop: pod {name}: {verdict.detail}\n")
                 log.flush()
                 return ToolOutcome(exit_code=verdict.exit_code, output=output)
-            time.sleep(POLL_S)
+            # Seconds matter at the start (an image already pulled, a short recipe); a burn-in of
+            # an hour needs no 7,200 reads. The stop flag is checked as often as the Pod is read.
+            time.sleep(min(pause, max(0.0, deadline - self.clock())))
+            pause = min(MAX_POLL_S, pause * 1.5)
 
     def _log(self, name: str) -> str:
         try:
@@ -271,6 +288,7 @@ class PodSite:
     node: str
     namespace: str
     runtime_class: str = ""
+    pull_secrets: tuple[str, ...] = ()
 
 
 def tools_for(recipe: Recipe, images: ToolsImages, *, local_path: str, site: PodSite | None) -> ToolRunner:
@@ -288,6 +306,7 @@ def tools_for(recipe: Recipe, images: ToolsImages, *, local_path: str, site: Pod
             image=image,
             setting=setting,
             runtime_class=site.runtime_class,
+            pull_secrets=site.pull_secrets,
         )
     if image:
         hint = (
