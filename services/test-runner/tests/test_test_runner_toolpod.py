@@ -24,22 +24,27 @@ from gpuop_sim.toolsimage import FAIL_FILE
 from gpuop_test_runner.executor import RunRequest, TestExecutor
 from gpuop_test_runner.logstore import RunLogStore
 from gpuop_test_runner.metrics import TestRunnerMetrics
-from gpuop_test_runner.recipes import RecipeBook
+from gpuop_test_runner.recipes import Recipe, RecipeBook
 from gpuop_test_runner.report import Reporter
 from gpuop_test_runner.results import RESULT_LABEL, RunResult
-from gpuop_test_runner.toolpod import NODE_LABEL, PodSite, pod_manifest, pod_verdict, tools_for
+from gpuop_test_runner.toolpod import NODE_LABEL, PodSite, PodTools, pod_manifest, pod_verdict, tools_for
 
 pytestmark = pytest.mark.slow
 NAMESPACE = "gpu-operator"
 AMD_MIRROR = "mirror.example:5000/rocm/test-runner:v1.4.1"
 NVIDIA_MIRROR = "mirror.example:5000/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"
 MIRRORS = ToolsImages(amd=AMD_MIRROR, nvidia=NVIDIA_MIRROR)
+HANGING = "mirror.example:5000/rocm/test-runner:hangs"  # a tool that never ends
 
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[SimCluster]:
     fake = [sys.executable, "-m", "gpuop_sim.toolsimage"]
-    commands = {AMD_MIRROR: [*fake, "amd"], NVIDIA_MIRROR: [*fake, "nvidia"]}
+    commands = {
+        AMD_MIRROR: [*fake, "amd"],
+        NVIDIA_MIRROR: [*fake, "nvidia"],
+        HANGING: [sys.executable, "-c", "import time; print('rvs: starting', flush=True); time.sleep(600)"],
+    }
     profiles = ["amd-single", "nvidia-h100x8"]
     with SimCluster(profiles=profiles, pods="process", image_commands=commands, device_plugins=False) as sim_:
         sim_.api().create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
@@ -53,7 +58,7 @@ def node_of(sim: SimCluster, vendor: str) -> SimNode:
 def run_on(
     sim: SimCluster,
     node: SimNode,
-    recipe: str,
+    recipe: str | Recipe,
     images: ToolsImages,
     *,
     tmp_path: Path,
@@ -72,7 +77,8 @@ def run_on(
         vendor=node.vendor,
         tools_for=lambda r: tools_for(r, images, local_path="/nonexistent", site=site),
     )
-    return executor.run(RunRequest(recipe=RecipeBook().get(recipe), trigger="MANUAL"))
+    chosen = recipe if isinstance(recipe, Recipe) else RecipeBook().get(recipe)
+    return executor.run(RunRequest(recipe=chosen, trigger="MANUAL"))
 
 
 @contextmanager
@@ -142,6 +148,27 @@ def test_a_tools_image_the_node_cannot_pull_is_tool_missing_naming_the_setting(
     assert "set testRunner.toolsImage.amd to an image with rvs" in result.message
     assert labels(sim, node).get(RESULT_LABEL) == before  # a missing tool says nothing about the GPUs
     sim.wait_for(lambda: not tools_pods(sim, node), timeout=60, what="tools pod deleted")
+
+
+def test_a_tool_past_the_timeout_is_timed_out_and_its_pod_deleted(
+    sim: SimCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = node_of(sim, "amd")
+    quick = RecipeBook().get("gst_single").model_copy(update={"timeout_seconds": 2})
+    images = ToolsImages(amd=HANGING)
+    result = run_on(sim, node, quick, images, tmp_path=tmp_path, monkeypatch=monkeypatch)
+    assert (result.result, result.reason) == ("TimedOut", "TimedOut")
+    sim.wait_for(lambda: not tools_pods(sim, node), timeout=60, what="the hanging tools pod deleted")
+
+
+def test_an_agent_deletes_the_tools_pods_a_killed_agent_left(sim: SimCluster) -> None:
+    node = node_of(sim, "amd")
+    kube = KubeJson(make_api_client(sim.kubeconfig))
+    left = pod_manifest(name="gpuop-tools-left", node=node.name, image=HANGING, argv=["rvs"], run_id="x")
+    kube.create(PODS, left, NAMESPACE)
+    tools = PodTools(kube, node=node.name, namespace=NAMESPACE, image="", setting="")
+    assert tools.remove_leftovers() == ["gpuop-tools-left"]
+    sim.wait_for(lambda: not tools_pods(sim, node), timeout=60, what="the leftover tools pod deleted")
 
 
 def test_pod_verdicts_follow_the_kubelets_container_states() -> None:
