@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,9 @@ DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
 CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 SERVICES = ("device-plugin", "node-labeller", "metrics-exporter", "test-runner")
 GPU_RESOURCE = {"amd": "amd.com/gpu", "nvidia": "nvidia.com/gpu"}
+# A registry mirror's copy of NVIDIA's DCGM image, which the simulated kubelets run as the fake
+# tools image; the shipped default (nvcr.io/...) is not pullable here, as on an air-gapped node.
+DCGM_MIRROR = "mirror.example:5000/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"
 
 
 def kubectl(cluster: SimCluster, *args: str, stdin: str | None = None) -> str:
@@ -46,7 +50,8 @@ def kubectl(cluster: SimCluster, *args: str, stdin: str | None = None) -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
-    with SimCluster(amd_nodes=2, nvidia_nodes=1, cpu_nodes=1) as sim:
+    tools = {DCGM_MIRROR: [sys.executable, "-m", "gpuop_sim.toolsimage", "nvidia"]}
+    with SimCluster(amd_nodes=2, nvidia_nodes=1, cpu_nodes=1, image_commands=tools) as sim:
         # `helm install` as kubectl can do it: namespace, CRDs (Established), every non-hook object.
         helm.kubectl_install(sim.kubeconfig, UMBRELLA, namespace=NAMESPACE)
         yield sim
@@ -219,6 +224,66 @@ def test_operator_requests_a_self_check_and_each_node_answers(cluster: SimCluste
         ),
         what="TestPassed on every GPU node",
     )
+
+
+def ask(cluster: SimCluster, node: str, request: str) -> dict[str, Any]:
+    """Annotate the node with a test request; the test runner's answer to it."""
+    cluster.api().patch(NODES, node, {"metadata": {"annotations": {"gpuop.dev/test-request": request}}})
+    request_id = request.split(":", 1)[1]
+    done = cluster.wait_for_object(
+        NODES,
+        node,
+        None,
+        lambda n: (
+            json.loads((n["metadata"].get("annotations") or {}).get("gpuop.dev/test-result", "{}")).get(
+                "requestId"
+            )
+            == request_id
+        ),
+        timeout=120,
+    )
+    answer: dict[str, Any] = json.loads(done["metadata"]["annotations"]["gpuop.dev/test-result"])
+    return answer
+
+
+@pytest.mark.slow
+def test_a_vendor_recipe_runs_in_the_tools_image_the_deviceconfig_names(cluster: SimCluster) -> None:
+    """The chart's test runner starts the tools pod (its Role, its namespace); the shipped default
+    image cannot be pulled here, so the answer is ToolMissing naming the setting; a mirror named
+    in the DeviceConfig runs `dcgmi diag` and judges every GPU."""
+    cluster.wait_for(lambda: all_ready(cluster), timeout=240, what="both DeviceConfigs Ready")
+    api = cluster.api()
+    (node,) = (n.name for n in cluster.nodes if n.vendor == "nvidia")
+    missing = ask(cluster, node, "dcgm-level-1:e2e-tools-default")
+    assert missing["result"] == "ToolMissing", missing
+    events = cluster.wait_for_events(
+        None,
+        lambda evs: any(e["reason"] == "ToolMissing" and e["involvedObject"]["name"] == node for e in evs),
+        what=f"ToolMissing on {node}",
+    )
+    message = next(e["message"] for e in events if e["reason"] == "ToolMissing")
+    assert "set testRunner.toolsImage.nvidia to an image with dcgmi" in message
+    assert "ErrImagePull" in message
+
+    mirror = {"spec": {"testRunner": {"toolsImage": {"nvidia": DCGM_MIRROR}}}}
+    api.patch(DEVICECONFIGS, "nvidia", mirror, NAMESPACE)
+    answers: list[dict[str, Any]] = []
+
+    def from_the_mirror() -> bool:
+        # The agent reloads its config file every few seconds: an answer from before still says
+        # ToolMissing, so ask again until one comes from the mirror's image.
+        answers.append(ask(cluster, node, f"dcgm-level-1:e2e-tools-mirror-{len(answers)}"))
+        return answers[-1]["result"] != "ToolMissing"
+
+    try:
+        cluster.wait_for(from_the_mirror, timeout=120, what="an answer from the mirror's tools image")
+    finally:
+        api.patch(DEVICECONFIGS, "nvidia", {"spec": {"testRunner": {"toolsImage": None}}}, NAMESPACE)
+    answer = answers[-1]
+    assert answer["result"] == "Passed", answer
+    assert [g["result"] for g in answer["gpus"]] == ["passed"] * 8
+    leftovers, _ = api.list(PODS, NAMESPACE, labelSelector=f"gpuop.dev/test-tools-node={node}")
+    assert all(p["metadata"].get("deletionTimestamp") for p in leftovers)
 
 
 @pytest.mark.slow

@@ -39,6 +39,20 @@ containers:
       {{- toYaml .args | nindent 6 }}
     env:
       {{- include "gpuop.commonEnv" $ctx | nindent 6 }}
+      # Vendor recipes run in a pod of the tools image (config.toolsImage) in this namespace.
+      - name: GPUOP_TOOLS_NAMESPACE
+        valueFrom:
+          fieldRef:
+            fieldPath: metadata.namespace
+      {{- $secrets := concat ($v.global.imagePullSecrets | default list) ($v.imagePullSecrets | default list) | uniq }}
+      {{- with $secrets }}
+      - name: GPUOP_TOOLS_IMAGE_PULL_SECRETS
+        value: {{ join "," . | quote }}
+      {{- end }}
+      {{- with $v.runtimeClassName }}
+      - name: GPUOP_TOOLS_RUNTIME_CLASS
+        value: {{ . | quote }}
+      {{- end }}
       - name: NVIDIA_VISIBLE_DEVICES
         value: all
       - name: NVIDIA_DRIVER_CAPABILITIES

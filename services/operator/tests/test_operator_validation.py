@@ -177,6 +177,13 @@ def test_sharing_configs_are_accepted_and_reach_the_labeller() -> None:
         ({"vendor": "nvidia"}, INVALID_FOR_VENDOR, "spec.vendor"),
         ({"testRunner": {"framework": "DCGM"}}, INVALID_FOR_VENDOR, "testRunner.framework"),
         ({"draDriver": {"enable": True}}, INVALID_SPEC, "spec.draDriver.enable"),
+        (
+            {"testRunner": {"toolsImage": {"amd": "Docker.io/ROCm/test runner:v1"}}},
+            INVALID_SPEC,
+            "spec.testRunner.toolsImage.amd",
+        ),
+        ({"testRunner": {"toolsImage": {"nvidia": 7}}}, INVALID_SPEC, "spec.testRunner.toolsImage.nvidia"),
+        ({"testRunner": {"toolsImage": {"intel": "x"}}}, INVALID_SPEC, "spec.testRunner.toolsImage.intel"),
         *SHARING_CASES,
     ],
 )

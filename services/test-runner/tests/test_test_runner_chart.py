@@ -56,7 +56,8 @@ def test_chart_lints_strict(chart: Path) -> None:
 def test_rendered_objects_are_valid(chart: Path, kube_version: str, values: list[str]) -> None:
     docs = helm.template(chart, kube_version=kube_version, values=values)
     assert helm.validate_manifests(docs, kube_version) == []
-    kinds = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"]
+    kinds = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "RoleBinding"]
+    kinds.append("ServiceAccount")
     assert sorted(d["kind"] for d in docs) == sorted(kinds + (["CronJob", "Job"] if values else []))
 
 
@@ -77,7 +78,30 @@ def test_rbac_is_nodes_get_patch_and_events_create_patch(chart: Path) -> None:
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
+    # Tools-image pods, in the release namespace only.
+    role = by_kind(docs, "Role")
+    assert role["metadata"]["namespace"] == by_kind(docs, "RoleBinding")["metadata"]["namespace"]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "delete"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ]
     assert pod_spec(by_kind(docs, "DaemonSet"))["serviceAccountName"] == "demo-test-runner"
+
+
+def test_tools_images_default_to_the_vendors_and_pods_know_their_namespace(chart: Path) -> None:
+    secrets = ["global.imagePullSecrets={mirror}", "imagePullSecrets={own}"]
+    docs = helm.template(chart, values=["runtimeClassName=nvidia", *secrets])
+    config = yaml.safe_load(by_kind(docs, "ConfigMap")["data"]["config.yaml"])
+    assert config["toolsImage"] == {
+        "amd": "docker.io/rocm/test-runner:v1.4.1",
+        "nvidia": "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04",
+    }
+    assert TestRunnerConfig.model_validate(config).tools_image.amd == config["toolsImage"]["amd"]
+    env = {e["name"]: e for e in pod_spec(by_kind(docs, "DaemonSet"))["containers"][0]["env"]}
+    assert env["GPUOP_TOOLS_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["GPUOP_TOOLS_RUNTIME_CLASS"]["value"] == "nvidia"
+    assert env["GPUOP_TOOLS_IMAGE_PULL_SECRETS"]["value"] == "mirror,own"  # the mirror's pull secret
+    assert "GPUOP_TOOLS_IMAGE_PULL_SECRETS" not in str(helm.template(chart))  # none: none passed
 
 
 def test_privileges_follow_values_and_say_why(chart: Path) -> None:
@@ -153,6 +177,8 @@ def test_values_schema_config_is_the_service_model(chart: Path) -> None:
         "keepRuns=0",
         "manualJob.nodeName=Bad_Node",
         "podResourcesHostPath=relative/dir",
+        "config.toolsImage.amd=Docker.io/ROCm/test runner:v1",
+        "config.toolsImage.nvidia=nvcr.io/nvidia/dcgm:@latest",
         "x=1",
     ],
 )

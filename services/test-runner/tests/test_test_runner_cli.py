@@ -81,9 +81,19 @@ def test_check_exit_codes(amd: GpuNode, tools: FakeTools, env: dict[str, str], t
     assert "[UnparsableOutput]" in garbage.stdout
     assert "    Segmentation fault" in garbage.stdout
 
+    # The shipped defaults: AGFHC comes from the AMD tools image, which needs cluster access; the
+    # message says which setting provides the tool (it named none before the tools images).
     missing = check(env, amd.root, logs, "--recipe", "all_lvl1")
     assert missing.returncode == 2
     assert "executable 'agfhc' not found" in missing.stdout
+    assert "testRunner.toolsImage.amd (docker.io/rocm/test-runner:v1.4.1) runs only with cluster" in (
+        missing.stdout
+    )
+    local = tmp_path / "local.yaml"
+    local.write_text("toolsImage: {amd: ''}\n")
+    empty = check(env, amd.root, logs, "--config-file", str(local), "--recipe", "all_lvl1")
+    assert empty.returncode == 2
+    assert "testRunner.toolsImage.amd is empty (tools from this host)" in empty.stdout
 
     unknown = check(env, amd.root, logs, "--recipe", "nope")
     assert unknown.returncode == 2
@@ -94,7 +104,13 @@ def test_check_exit_codes(amd: GpuNode, tools: FakeTools, env: dict[str, str], t
     bad = check(env, amd.root, logs, "--config-file", str(config))
     assert bad.returncode == 2
     assert f"config file {config}: recipes.0" in bad.stderr
-    assert len(list(logs.glob("*.log"))) == 4  # usage errors start no run
+    for image in ("Docker.io/ROCm/test runner:v1", "rocm/test-runner:v1 --privileged", "a/b@sha256:12"):
+        config.write_text(json.dumps({"toolsImage": {"amd": image}}))
+        malformed = check(env, amd.root, logs, "--config-file", str(config), "--recipe", "gst_single")
+        assert malformed.returncode == 2
+        assert f"config file {config}: toolsImage.amd: String should match pattern" in malformed.stderr
+        assert repr(image) in malformed.stderr
+    assert len(list(logs.glob("*.log"))) == 5  # usage errors start no run
 
 
 def test_sigterm_mid_run_aborts_kills_the_tool_and_answers(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from gpuop_test_runner.parsers import UnparsableOutputError, parse_agfhc, parse_dcgm, parse_rvs
@@ -114,3 +115,28 @@ def test_a_target_the_output_never_mentions_is_failed() -> None:
     only_gpus = parse_rvs(rvs_output().replace("[RESULT] [597070.0] [gst-1] pass: TRUE", ""))
     assert attribute(only_gpus, [extra])[0].result == "failed"
     assert attribute(only_gpus, [extra])[0].detail == "not in the tool's output"
+
+
+DOCUMENTED = Path(__file__).parent / "fixtures" / "documented"  # README.md there: which doc, which part
+
+
+def test_rvs_output_in_the_documented_format_names_each_gpu_by_its_kfd_id() -> None:
+    """The RVS user guide's GST lines: `[RESULT] [<ts>] <action> gst <gpu id> ... pass: TRUE|FALSE`,
+    the action bracketed or not; the GPU is the number after the module name."""
+    verdicts = parse_rvs((DOCUMENTED / "rvs-gst.txt").read_text())
+    assert verdicts.gpus == {"33367": True, "3254": False, "50599": True}
+    assert verdicts.node is None  # every result line named its GPU
+    targets = [
+        GpuTarget(id=f"gpu{i}", index=i, pci_address=f"0000:0{i}:00.0", kfd_gpu_ids=(kfd,))
+        for i, kfd in enumerate((3254, 50599, 33367))
+    ]
+    assert by_index(attribute(verdicts, targets)) == {0: "failed", 1: "passed", 2: "passed"}
+
+
+def test_dcgm_output_in_the_documented_format_fails_only_the_failing_gpu() -> None:
+    """`dcgmi diag -j` as DCGM documents it: test_categories -> tests -> results with entity_group,
+    entity_id and status; a CPU entity's result is no GPU's."""
+    verdicts = parse_dcgm((DOCUMENTED / "dcgmi-diag-r1-j.json").read_text())
+    assert verdicts.gpus == {"0": True, "1": False}
+    assert verdicts.node is None
+    assert verdicts.failures == ["memtest on GPU 1"]

@@ -98,8 +98,9 @@ class KubeJson:
         body: Any,
         content_type: str,
         timeout: Any,
+        accept: str = "application/json",
     ) -> Any:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         request = self.api_client.param_serialize(
@@ -132,6 +133,24 @@ class KubeJson:
             )
         decoded: JsonObj = json.loads(response.data) if response.data else {}
         return decoded
+
+    def text(self, path: str, *, query: dict[str, Any] | None = None) -> str:
+        """GET a plain-text subresource (`pods/<name>/log`); non-2xx raises ApiException."""
+        response = self._send(
+            "GET",
+            path,
+            query=query,
+            body=None,
+            content_type="",
+            timeout=self.timeout,
+            accept="text/plain, */*",
+        )
+        response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(
+                http_resp=response, body=response.data.decode(errors="replace"), data=None
+            )
+        return bytes(response.data or b"").decode(errors="replace")
 
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> JsonObj:
         return self.call("GET", resource.path(namespace, name))

@@ -22,6 +22,7 @@ from gpuop_common.shutdown import Stopping
 
 from gpuop_test_runner.gpus import selfcheck, targets_for
 from gpuop_test_runner.logstore import RunLogStore
+from gpuop_test_runner.process import LocalTools, ToolRunner
 from gpuop_test_runner.recipes import Recipe
 from gpuop_test_runner.report import Reporter
 from gpuop_test_runner.results import BAD_REQUEST, Outcome, RunResult, Trigger
@@ -88,6 +89,7 @@ class TestExecutor:
         vendor: str = "auto",
         nvml: Any | None = None,
         locks: GpuLocks | None = None,
+        tools_for: Callable[[Recipe], ToolRunner] | None = None,
     ) -> None:
         self.host_root = host_root
         self.store = store
@@ -98,6 +100,9 @@ class TestExecutor:
         self.vendor = vendor
         self.nvml = nvml
         self.locks = locks or GpuLocks()
+        # Where a vendor recipe's tool runs (its tools image, or this host); read per run, so a
+        # config reload's toolsImage applies to the next run.
+        self.tools_for = tools_for or (lambda _recipe: LocalTools(tool_path))
         # Each run opens its own backends (a driver reload between runs must be seen), but the
         # KFD topology walk (~4,600 files on an MI300X in CPX) is repeated only when the kernel
         # rebuilt the topology: generation_id says so.
@@ -214,7 +219,7 @@ class TestExecutor:
             targets_for(self.host_root, chosen),
             log=logfile,
             should_stop=self.stopping.is_set,
-            path=self.tool_path,
+            tools=self.tools_for(recipe),
         )
 
     def _finish_unstarted(self, request: RunRequest, chosen: list[GpuDevice]) -> RunResult:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuop_common.config.testrunner import TestRunnerConfig
 from gpuop_common.configfile import ConfigFileError, ConfigFileWatcher, load_config
 from gpuop_common.kube import KubeConfigError, make_api_client
+from gpuop_common.kubejson import KubeJson
 from gpuop_common.logs import configure_logging
 from gpuop_common.settings import parse_settings
 from gpuop_common.shutdown import ServiceContext, Stopping, install_signal_handlers, run_service
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from gpuop_test_runner.agent import TestRunnerAgent, advertised_gpu_count
 from gpuop_test_runner.executor import RunRequest, TestExecutor
@@ -25,6 +27,7 @@ from gpuop_test_runner.recipes import RecipeBook, RecipeError
 from gpuop_test_runner.report import Reporter
 from gpuop_test_runner.results import Outcome, summary
 from gpuop_test_runner.settings import CheckSettings, TestRunnerSettings
+from gpuop_test_runner.toolpod import PodSite, PodTools, tools_for
 
 if TYPE_CHECKING:
     from gpuop_common.kubelet.assignments import Assignments, PodResourcesWatcher
@@ -50,14 +53,28 @@ def _api(settings: TestRunnerSettings, *, required: bool) -> client.ApiClient | 
         return None
 
 
-def _executor(
+def _site(settings: TestRunnerSettings, api: client.ApiClient | None) -> PodSite | None:
+    """Where tools-image pods go; None (local tools only) without a cluster, node or namespace."""
+    if api is None or not settings.node_name or not settings.tools_namespace:
+        return None
+    secrets = tuple(s.strip() for s in settings.tools_image_pull_secrets.split(",") if s.strip())
+    return PodSite(
+        KubeJson(api), settings.node_name, settings.tools_namespace, settings.tools_runtime_class, secrets
+    )
+
+
+def _executor(  # noqa: PLR0917 (the run's inputs, each from a different place)
     settings: TestRunnerSettings,
     config: TestRunnerConfig,
     api: client.ApiClient | None,
     metrics: TestRunnerMetrics,
     stopping: Stopping,
+    current: Callable[[], TestRunnerConfig] | None = None,
 ) -> TestExecutor:
     store = RunLogStore(settings.logs_dir or Path(config.logs_location), keep=settings.keep_runs)
+    site = _site(settings, api)
+    path = search_path(settings.tool_path)
+    live = current or (lambda: config)
     return TestExecutor(
         host_root=settings.host_root,
         store=store,
@@ -66,7 +83,21 @@ def _executor(
         tool_path=search_path(settings.tool_path),
         advertised_gpus=lambda: advertised_gpu_count(api, settings.node_name),
         vendor=settings.vendor,
+        tools_for=lambda recipe: tools_for(recipe, live().tools_image, local_path=path, site=site),
     )
+
+
+def _remove_leftover_tool_pods(site: PodSite) -> None:
+    """Tools pods a killed agent left on this node hold its GPUs: they go before any new run."""
+    try:
+        gone = PodTools(
+            site.kube, node=site.node, namespace=site.namespace, image="", setting=""
+        ).remove_leftovers()
+    except ApiException as exc:
+        log.warning("cannot list leftover tools pods", extra={"status": exc.status})
+        return
+    if gone:
+        log.info("deleted tools pods a previous run left", extra={"pods": gone})
 
 
 def serve(ctx: ServiceContext[TestRunnerSettings], metrics: TestRunnerMetrics) -> int:
@@ -88,7 +119,11 @@ def serve(ctx: ServiceContext[TestRunnerSettings], metrics: TestRunnerMetrics) -
         if not s.once:
             watcher.start_in_thread(ctx.stopping)
     initial = watcher.config if watcher is not None else TestRunnerConfig()
-    executor = _executor(s, initial, api, metrics, ctx.stopping)
+    current = (lambda: watcher.config) if watcher is not None else TestRunnerConfig
+    executor = _executor(s, initial, api, metrics, ctx.stopping, current)
+    site = _site(s, api)
+    if site is not None:
+        _remove_leftover_tool_pods(site)
     pod_resources: list[PodResourcesWatcher] = []  # made on first use, see holders()
 
     def holders() -> Assignments | None:

@@ -5,8 +5,10 @@ test or action is failed), `node` is the verdict of results that name no GPU (No
 none). Output with no verdict at all raises `UnparsableOutputError`: a run is never a pass because
 we could not read what the tool said.
 
-- RVS: result lines `[RESULT] [<timestamp>] [<action>] ... pass: TRUE|FALSE` (some modules say
-  `met:`); a `gpu_id: <n>` / `GPU <n>` in the line names the GPU (RVS reports the KFD gpu_id).
+- RVS: result lines as the RVS user guide documents them (docs/test-runner.md says where):
+  `[RESULT] [<timestamp>] [<action>] <module> <gpu id> ... pass: TRUE|FALSE`, the action name bracketed
+  or not (the guide's own GST example prints it bare), `met:` in some modules; the number after the
+  module name, or a `gpu_id: <n>` in the line, names the GPU (RVS reports the KFD gpu_id).
 - AGFHC (not public; the line shape of its per-test summary): `<test> ... GPU<n> ... PASS|FAIL`, or
   `all` instead of `GPU<n>` for a result about the whole node.
 - DCGM (`dcgmi diag -j`): `{"DCGM GPU Diagnostic"|"DCGM Diagnostic": {"test_categories": [{"tests":
@@ -58,10 +60,13 @@ class Verdicts:
 
 
 _RVS_RESULT = re.compile(
-    r"\[RESULT\]\s*\[[^\]]*\]\s*\[(?P<action>[^\]]+)\](?P<body>.*?)\b(?:pass|met):\s*(?P<verdict>TRUE|FALSE)\b",
+    r"\[RESULT\]\s*\[[^\]]*\]\s*(?:\[(?P<bracketed>[^\]]+)\]|(?P<bare>[^\s\[]+))"
+    r"(?P<body>.*?)\b(?:pass|met):\s*(?P<verdict>TRUE|FALSE)\b",
     re.IGNORECASE,
 )
 _RVS_GPU = re.compile(r"\b(?:gpu_id|gpu)\s*[:=]?\s*(?P<gpu>\d+)\b", re.IGNORECASE)
+# The documented shape: `<module> <gpu id> ...` right after the action (`gst 33367 Gflop: ...`).
+_RVS_MODULE_GPU = re.compile(r"^\s*[A-Za-z][\w-]*\s+(?P<gpu>\d+)\b")
 
 
 def parse_rvs(output: str) -> Verdicts:
@@ -70,10 +75,10 @@ def parse_rvs(output: str) -> Verdicts:
         match = _RVS_RESULT.search(line)
         if match is None:
             continue
-        gpu = _RVS_GPU.search(match.group("body"))
-        verdicts.add(
-            gpu.group("gpu") if gpu else None, match.group("verdict").upper() == "TRUE", match["action"]
-        )
+        body = match.group("body")
+        gpu = _RVS_GPU.search(body) or _RVS_MODULE_GPU.match(body)
+        action = match["bracketed"] or match["bare"]
+        verdicts.add(gpu.group("gpu") if gpu else None, match.group("verdict").upper() == "TRUE", action)
     if verdicts.empty:
         raise UnparsableOutputError("no RVS [RESULT] line with pass: or met:", output)
     return verdicts

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Protocol, TextIO
 
 KILL_GRACE_S = 5.0
 MAX_KEPT_OUTPUT = 4 * 1024 * 1024  # parsed output kept in memory; the log file gets everything
@@ -24,8 +24,10 @@ _POLL_S = 0.1
 
 
 class ToolMissingError(RuntimeError):
-    def __init__(self, executable: str, search_path: str) -> None:
-        super().__init__(f"executable {executable!r} not found (searched {search_path})")
+    def __init__(self, executable: str, search_path: str, hint: str = "") -> None:
+        super().__init__(
+            f"executable {executable!r} not found (searched {search_path})" + (f"; {hint}" if hint else "")
+        )
         self.executable = executable
 
 
@@ -43,10 +45,10 @@ def search_path(extra_dirs: str) -> str:
     return os.pathsep.join(parts)
 
 
-def resolve(executable: str, path: str) -> str:
+def resolve(executable: str, path: str, hint: str = "") -> str:
     found = shutil.which(executable, path=path)
     if found is None:
-        raise ToolMissingError(executable, path)
+        raise ToolMissingError(executable, path, hint)
     return found
 
 
@@ -80,9 +82,11 @@ def run_tool(
     log: TextIO,
     should_stop: Callable[[], bool],
     path: str,
+    hint: str = "",
 ) -> ToolOutcome:
-    """Run argv to completion, timeout or stop; stdout and stderr go to `log` as they come."""
-    executable = resolve(argv[0], path)
+    """Run argv to completion, timeout or stop; stdout and stderr go to `log` as they come.
+    `hint` ends a ToolMissing message: which setting provides the tool."""
+    executable = resolve(argv[0], path, hint)
     proc = subprocess.Popen(
         [executable, *argv[1:]],
         stdout=subprocess.PIPE,
@@ -117,3 +121,33 @@ def run_tool(
     reader.join(KILL_GRACE_S)
     code = None if (timed_out or aborted) else proc.returncode
     return ToolOutcome(exit_code=code, output="".join(kept), timed_out=timed_out, aborted=aborted)
+
+
+@dataclass(frozen=True)
+class LocalTools:
+    """Tools on this host: PATH plus the vendors' install dirs (standalone use, or a node with the
+    tools installed and `testRunner.toolsImage.<vendor>` empty). `hint` says which setting would
+    provide a missing tool instead."""
+
+    path: str
+    hint: str = ""
+
+    def describe(self) -> str:
+        return "on this host"
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float, log: TextIO, should_stop: Callable[[], bool]
+    ) -> ToolOutcome:
+        return run_tool(
+            argv, timeout=timeout, log=log, should_stop=should_stop, path=self.path, hint=self.hint
+        )
+
+
+class ToolRunner(Protocol):
+    """Where a recipe's commands run: `LocalTools` or `toolpod.PodTools`."""
+
+    def describe(self) -> str: ...
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float, log: TextIO, should_stop: Callable[[], bool]
+    ) -> ToolOutcome: ...

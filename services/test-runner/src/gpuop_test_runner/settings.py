@@ -38,6 +38,19 @@ class TestRunnerSettings(AgentSettings):
         Path(POD_RESOURCES_SOCKET),
         description="Kubelet pod-resources socket: unhealthy GPUs a workload holds are not tested.",
     )
+    tools_namespace: str = Field(
+        "",
+        max_length=63,
+        description="Namespace of the tools-image pods (the agent's own); empty: local tools only.",
+    )
+    tools_runtime_class: str = Field(
+        "", max_length=253, description="runtimeClassName of the tools-image pods (NVIDIA: e.g. nvidia)."
+    )
+    tools_image_pull_secrets: str = Field(
+        "",
+        max_length=4096,
+        description="Comma-separated Secrets the tools-image pods pull with (the chart's imagePullSecrets).",
+    )
     vendor: Literal["auto", "amd", "nvidia"] = Field(
         "auto", description="GPU backends to use; auto detects them from the host root."
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from gpuop_test_runner.parsers import PARSERS, UnparsableOutputError, first_lines
-from gpuop_test_runner.process import ToolMissingError, run_tool
+from gpuop_test_runner.process import ToolMissingError, ToolRunner
 from gpuop_test_runner.recipes import Recipe
 from gpuop_test_runner.results import GpuResult, GpuTarget, Outcome, attribute, merge_gpu_results
 
@@ -38,7 +38,7 @@ def run_recipe(
     *,
     log: TextIO,
     should_stop: Callable[[], bool],
-    path: str,
+    tools: ToolRunner,
 ) -> ToolRun:
     """Run the iterations; the recipe's timeout bounds the whole run, all iterations together."""
     deadline = time.monotonic() + recipe.timeout_seconds
@@ -59,7 +59,7 @@ def run_recipe(
                 collected,
                 log=log,
                 should_stop=should_stop,
-                path=path,
+                tools=tools,
                 remaining=max(0.0, deadline - time.monotonic()),
             )
             if stop:
@@ -85,12 +85,12 @@ def _one(
     *,
     log: TextIO,
     should_stop: Callable[[], bool],
-    path: str,
+    tools: ToolRunner,
     remaining: float,
 ) -> bool:
     """One command; records into `run`/`collected`; True when the run must end now."""
     try:
-        out = run_tool(argv, timeout=remaining, log=log, should_stop=should_stop, path=path)
+        out = tools.run(argv, timeout=remaining, log=log, should_stop=should_stop)
     except ToolMissingError as exc:
         run.outcome, run.reason, run.message = "ToolMissing", "ToolMissing", str(exc)
         return True

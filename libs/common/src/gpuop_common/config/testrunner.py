@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gpuop_common.config.base import AbsolutePath, ConfigModel, ImageSettings
+from gpuop_common.config.base import AbsolutePath, ConfigModel, ImageRef, ImageSettings
 
 Framework = Literal["RVS", "AGFHC", "DCGM", "selfcheck"]
 RecipeVendor = Literal["amd", "nvidia", "any"]
@@ -16,6 +16,14 @@ Scope = Literal["per-gpu", "node"]
 
 SELFCHECK = "gpuop-selfcheck"
 RVS_CONF_DIR = "/opt/rocm/share/rocm-validation-suite/conf"
+# The images AMD and NVIDIA publish with the tools in them: AMD's test runner image carries RVS under
+# /opt/rocm (AGFHC only in a build AMD hands out on request: ROCm/gpu-operator remediation docs,
+# `testerImage`), NVIDIA's DCGM image carries `dcgmi` and `nv-hostengine` (the GPU operator's
+# `dcgm` default). docs/test-runner.md says where each was found.
+DEFAULT_AMD_TOOLS_IMAGE = "docker.io/rocm/test-runner:v1.4.1"
+DEFAULT_NVIDIA_TOOLS_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"
+# Which vendor's tools image runs a framework's tool.
+FRAMEWORK_VENDOR: dict[str, Literal["amd", "nvidia"]] = {"RVS": "amd", "AGFHC": "amd", "DCGM": "nvidia"}
 PLACEHOLDERS = frozenset({"gpu_index", "gpu_indices"})
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
@@ -67,6 +75,31 @@ class Recipe(ConfigModel):
         return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in self.command]
 
 
+def tools_image_setting(vendor: str) -> str:
+    """The setting that names `vendor`'s tools image, as a user writes it (DeviceConfig spec and
+    the test-runner chart's `config`): what a ToolMissing message points at."""
+    return f"testRunner.toolsImage.{vendor}"
+
+
+class ToolsImages(ConfigModel):
+    """Per vendor, the image the vendor tools (RVS/AGFHC, dcgmi) run in; empty: the test runner's own
+    PATH and --tool-path (a node with the tools installed, or standalone use)."""
+
+    amd: ImageRef = Field(
+        DEFAULT_AMD_TOOLS_IMAGE, description="Image with rvs (and agfhc) for RVS/AGFHC recipes; empty: local."
+    )
+    nvidia: ImageRef = Field(
+        DEFAULT_NVIDIA_TOOLS_IMAGE, description="Image with dcgmi for DCGM recipes; empty: local."
+    )
+
+    def for_recipe(self, recipe: Recipe) -> tuple[str, str]:
+        """(vendor, image) a recipe's tool runs in; vendor "" for the self-check."""
+        vendor = recipe.vendor if recipe.vendor != "any" else FRAMEWORK_VENDOR.get(recipe.framework, "")
+        if vendor not in ("amd", "nvidia"):
+            return "", ""
+        return vendor, str(getattr(self, vendor))
+
+
 class TestRunnerConfig(ImageSettings):
     """GPU validation tests; results become Events, node labels and logs."""
 
@@ -93,6 +126,10 @@ class TestRunnerConfig(ImageSettings):
     )
     logs_location: AbsolutePath = Field(
         "/var/log/gpuop-test-runner", description="Host directory where run logs are kept."
+    )
+    tools_image: ToolsImages = Field(
+        default_factory=ToolsImages,
+        description="Per vendor, the image vendor recipes run in (a pod on the node); empty: local tools.",
     )
     recipes: list[Recipe] = Field(
         default_factory=list,
