@@ -10,6 +10,7 @@ from gpuop_common.gpu import AmdSysfsBackend
 from gpuop_common.gpu.amd_reload import DriverReloader
 from gpuop_config_manager.labels import (
     AMD_STATE_LABEL,
+    PAUSE,
     PAUSED,
     PROGRESS_ANNOTATION,
     REASON_ANNOTATION,
@@ -197,12 +198,11 @@ def test_restart_mid_apply_resumes_and_never_stays_applying(harness):
     agent = h.agent()
     # The pod died after pausing the operands and writing GPU 0: put the node in that state.
     profile = next(p for p in h.config.profiles if p.name == "cpx-nps4")
-    progress = Progress(profile="cpx-nps4", digest=profile_digest(profile), phase="applying",
-                        savedLabels={DP: "true", ME: "true"}, started=0.0)  # fmt: skip
+    progress = Progress(profile="cpx-nps4", digest=profile_digest(profile), phase="applying", started=0.0)
     h.core.patch_node(
         NODE,
         {"metadata": {"labels": {DP: PAUSED, ME: PAUSED, STATE_LABEL: "applying"},
-                      "annotations": {PROGRESS_ANNOTATION: progress.dump()}}},
+                      "annotations": {PROGRESS_ANNOTATION: progress.dump(), PAUSE.annotation: f"{DP},{ME}"}}},
     )  # fmt: skip
     AmdSysfsBackend(h.info.root, writer=None).set_partition_mode("0", "cpx")
     del agent
@@ -218,11 +218,15 @@ def test_restart_mid_apply_resumes_and_never_stays_applying(harness):
 
 def test_restart_after_the_label_changed_rolls_the_pause_back(harness):
     h = harness("amd-mi300x-spx", {PROFILE: "spx-nps1"})
-    progress = Progress(
-        profile="cpx-nps4", digest="0" * 16, phase="quiescing", savedLabels={DP: "true"}, started=0.0
-    )
+    progress = Progress(profile="cpx-nps4", digest="0" * 16, phase="quiescing", started=0.0)
     h.core.patch_node(
-        NODE, {"metadata": {"labels": {DP: PAUSED}, "annotations": {PROGRESS_ANNOTATION: progress.dump()}}}
+        NODE,
+        {
+            "metadata": {
+                "labels": {DP: PAUSED},
+                "annotations": {PROGRESS_ANNOTATION: progress.dump(), PAUSE.annotation: DP},
+            }
+        },
     )
     outcome = h.agent().run_once()
     assert outcome.state is State.SUCCESS and not outcome.changed
@@ -261,12 +265,11 @@ def test_with_driver_reload_off_a_memory_change_fails_saying_so(harness):
 def test_restart_in_the_middle_of_a_reload_loads_the_driver_and_finishes(harness):
     h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"})
     profile = next(p for p in h.config.profiles if p.name == "cpx-nps4")
-    progress = Progress(profile="cpx-nps4", digest=profile_digest(profile), phase="reloading",
-                        savedLabels={DP: "true", ME: "true"}, started=0.0)  # fmt: skip
+    progress = Progress(profile="cpx-nps4", digest=profile_digest(profile), phase="reloading", started=0.0)
     h.core.patch_node(
         NODE,
         {"metadata": {"labels": {DP: PAUSED, ME: PAUSED, STATE_LABEL: "applying"},
-                      "annotations": {PROGRESS_ANNOTATION: progress.dump()}}},
+                      "annotations": {PROGRESS_ANNOTATION: progress.dump(), PAUSE.annotation: f"{DP},{ME}"}}},
     )  # fmt: skip
     # The pod died after writing CPX, requesting NPS4 and unloading the driver.
     backend = AmdSysfsBackend(h.info.root)
@@ -284,11 +287,15 @@ def test_restart_in_the_middle_of_a_reload_loads_the_driver_and_finishes(harness
 
 def test_a_label_change_in_the_middle_of_a_reload_loads_the_driver_before_the_roll_back(harness):
     h = harness("amd-mi300x-spx", {PROFILE: "spx-nps1"})
-    progress = Progress(
-        profile="cpx-nps4", digest="0" * 16, phase="reloading", savedLabels={DP: "true"}, started=0.0
-    )
+    progress = Progress(profile="cpx-nps4", digest="0" * 16, phase="reloading", started=0.0)
     h.core.patch_node(
-        NODE, {"metadata": {"labels": {DP: PAUSED}, "annotations": {PROGRESS_ANNOTATION: progress.dump()}}}
+        NODE,
+        {
+            "metadata": {
+                "labels": {DP: PAUSED},
+                "annotations": {PROGRESS_ANNOTATION: progress.dump(), PAUSE.annotation: DP},
+            }
+        },
     )
     assert hostfakes.modprobe(h.info.root, ["-r", "amdgpu"]) == 0
     h.restart()

@@ -1,4 +1,4 @@
-"""Pure label logic: which profile a node asks for, state labels per vendor, pause and restore."""
+"""Pure label logic: which profile a node asks for, state labels per vendor (the pause: gpuop_common)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,7 @@ import pytest
 from gpuop_common.config.config_manager import ConfigManagerConfig
 from gpuop_common.gpu.models import Vendor
 from gpuop_config_manager.labels import (
-    PAUSED,
     State,
-    pause_labels,
-    restore_labels,
     select_profile,
     state_labels,
 )
@@ -55,19 +52,6 @@ def test_state_labels_per_vendor():
         "dcm.amd.com/gpu-config-profile-state": "failure",
     }
     assert state_labels(State.APPLYING, [Vendor.NVIDIA])["nvidia.com/mig.config.state"] == "pending"
-
-
-def test_pause_and_restore():
-    labels = {
-        "gpuop.dev/deploy.device-plugin": "true",
-        "gpuop.dev/deploy.metrics-exporter": "false",
-        "gpuop.dev/deploy.test-runner": PAUSED,  # left by an interrupted run
-    }
-    patch, saved = pause_labels(labels, ["device-plugin", "metrics-exporter", "test-runner", "absent"])
-    assert patch == {"gpuop.dev/deploy.device-plugin": PAUSED}
-    assert saved == {"gpuop.dev/deploy.device-plugin": "true", "gpuop.dev/deploy.test-runner": "true"}
-    now = {**labels, **patch, "gpuop.dev/deploy.test-runner": "false"}  # someone turned it off meanwhile
-    assert restore_labels(now, saved) == {"gpuop.dev/deploy.device-plugin": "true"}
 
 
 def test_garbled_progress_annotation_is_ignored(caplog):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from gpuop_common.gpu import NvmlBackend
 from gpuop_config_manager.labels import (
     NVIDIA_STATE_LABEL,
+    PAUSE,
     PAUSED,
     PROGRESS_ANNOTATION,
     REASON_ANNOTATION,
@@ -160,12 +161,11 @@ def test_gpu_pod_that_never_leaves_times_out_and_operands_come_back(harness):
 def test_restart_mid_apply_resumes_and_never_stays_applying(harness):
     h = harness("nvidia-h100x8", {MIG_CONFIG: "all-1g.10gb"})
     profile = next(p for p in h.config.profiles if p.name == "all-1g.10gb")
-    progress = Progress(profile="all-1g.10gb", digest=profile_digest(profile), phase="applying",
-                        savedLabels={DP: "true", ME: "true"}, started=0.0)  # fmt: skip
+    progress = Progress(profile="all-1g.10gb", digest=profile_digest(profile), phase="applying", started=0.0)
     h.core.patch_node(
         h.NODE,
         {"metadata": {"labels": {DP: PAUSED, ME: PAUSED, STATE_LABEL: "applying"},
-                      "annotations": {PROGRESS_ANNOTATION: progress.dump()}}},
+                      "annotations": {PROGRESS_ANNOTATION: progress.dump(), PAUSE.annotation: f"{DP},{ME}"}}},
     )  # fmt: skip
     # The pod died after writing GPUs 0-3, and on GPU 4 between a GPU instance and its compute instance.
     nvml = FakeNvml(path=h.info.nvml_state_path)

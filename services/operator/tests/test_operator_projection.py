@@ -6,6 +6,8 @@ import json
 
 import yaml
 from gpuop_common.config import DeviceConfigSpec, MetricsExporterConfig
+from gpuop_common.config.config_manager import SHIPPED_PROFILES_KEY, ConfigManagerConfig, PartitionProfile
+from gpuop_operator.profilesource import NamedProfiles
 from gpuop_operator.projection import (
     DEFAULT_KEY,
     NODES_KEY,
@@ -103,3 +105,71 @@ def test_a_section_renders_the_same_yaml_however_often() -> None:
     assert render_section(spec, "metrics-exporter") == direct  # from the cache
     other = DeviceConfigSpec.model_validate({"metricsExporter": {"port": 5002}})
     assert "5002" in render_section(other, "metrics-exporter")
+
+
+SHIPPED = yaml.safe_dump(
+    [
+        {"name": "spx-nps1", "amd": {"computePartition": "SPX", "memoryPartition": "NPS1"}},
+        {"name": "cpx-nps1", "amd": {"computePartition": "CPX", "memoryPartition": "NPS1"}},
+    ]
+)
+
+
+def _profiles(text: str | None) -> dict[str, object]:
+    config = ConfigManagerConfig.model_validate(yaml.safe_load(text or ""))
+    return {p.name: p.amd.compute_partition if p.amd else None for p in config.profiles}
+
+
+def test_the_chart_s_shipped_profiles_reach_the_config_manager_s_section() -> None:
+    """A plain DeviceConfig (no profiles) gets every shipped profile; its own of the same name wins
+    and comes first; the chart's key stays (the operator only reads it)."""
+    plain = DeviceConfigSpec.model_validate({"configManager": {"enable": True}})
+    current = {DEFAULT_KEY: "{}\n", SHIPPED_PROFILES_KEY: SHIPPED}
+    changes = plan_config_map("config-manager", current, {"ops/amd": plain}, ["ops/amd"])
+    assert SHIPPED_PROFILES_KEY not in changes
+    assert _profiles(changes["ops.amd.yaml"]) == {"spx-nps1": "SPX", "cpx-nps1": "CPX"}
+    assert changes[DEFAULT_KEY] == changes["ops.amd.yaml"]
+    own = {"name": "cpx-nps1", "amd": {"computePartition": "DPX", "memoryPartition": "NPS2"}}
+    mine = DeviceConfigSpec.model_validate({"configManager": {"enable": True, "profiles": [own]}})
+    changes = plan_config_map("config-manager", current, {"ops/amd": mine}, ["ops/amd"])
+    assert list(_profiles(changes["ops.amd.yaml"]).items()) == [("cpx-nps1", "DPX"), ("spx-nps1", "SPX")]
+    # Other services' sections and a ConfigMap without the key are as before.
+    assert (
+        _profiles(plan_config_map("config-manager", {}, {"ops/amd": plain}, ["ops/amd"])["ops.amd.yaml"])
+        == {}
+    )
+
+
+def test_unreadable_shipped_profiles_are_skipped_and_logged_naming_the_key(caplog) -> None:
+    plain = DeviceConfigSpec.model_validate({"configManager": {"enable": True}})
+    for bad in ("- {name: x}\n", "[unclosed\n", "- {name: Bad Name!, amd: {}}\n"):
+        current = {SHIPPED_PROFILES_KEY: bad}
+        changes = plan_config_map("config-manager", current, {"ops/amd": plain}, ["ops/amd"])
+        assert _profiles(changes["ops.amd.yaml"]) == {}
+    assert all(r.key == SHIPPED_PROFILES_KEY for r in caplog.records if "shipped profiles" in r.message)
+    assert len([r for r in caplog.records if "shipped profiles" in r.message]) == 3
+
+
+def test_a_profiles_config_map_comes_between_the_deviceconfig_and_the_shipped_profiles() -> None:
+    own = {"name": "mine", "amd": {"computePartition": "QPX"}}
+    spec = DeviceConfigSpec.model_validate(
+        {"configManager": {"enable": True, "profiles": [own], "profilesConfigMap": "site"}}
+    )
+    site = PartitionProfile.model_validate({"name": "cpx-nps1", "amd": {"computePartition": "DPX"}})
+    mine = PartitionProfile.model_validate({"name": "mine", "amd": {"computePartition": "TPX"}})
+    current = {SHIPPED_PROFILES_KEY: SHIPPED}
+    named = {"ops/amd": NamedProfiles((site, mine))}
+    changes = plan_config_map("config-manager", current, {"ops/amd": spec}, ["ops/amd"], named=named)
+    assert list(_profiles(changes["ops.amd.yaml"]).items()) == [
+        ("mine", "QPX"),  # the DeviceConfig's own
+        ("cpx-nps1", "DPX"),  # the ConfigMap's, over the shipped one of that name
+        ("spx-nps1", "SPX"),  # shipped
+    ]
+    # Unusable now: the last good key stays (config.yaml too), the other services are projected.
+    current = {**current, **{k: v for k, v in changes.items() if v is not None}}
+    bad = {"ops/amd": NamedProfiles(problem="spec.configManager.profilesConfigMap: ... not found")}
+    changed = {**spec.model_dump(by_alias=True), "metricsExporter": {"port": 5001}}
+    respec = DeviceConfigSpec.model_validate(changed)
+    assert plan_config_map("config-manager", current, {"ops/amd": respec}, ["ops/amd"], named=bad) == {}
+    exporter = plan_config_map("metrics-exporter", {}, {"ops/amd": respec}, ["ops/amd"], named=bad)
+    assert yaml.safe_load(exporter["ops.amd.yaml"] or "")["port"] == 5001

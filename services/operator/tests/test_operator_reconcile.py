@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.workloads.kubeapi import CONFIGMAPS, NODES, Resource
+from gpuop_sim.workloads.kubeapi import CONFIGMAPS, DAEMONSETS, NODES, Resource
 
 NAMESPACE = "gpu-operator"
 DEVICECONFIGS = Resource("gpuop.dev/v1alpha1", "deviceconfigs", "DeviceConfig")
@@ -172,3 +172,64 @@ def test_nodes_leaving_the_selector_are_cleaned_up(stub_cluster: SimCluster, kit
     assert gpuop_labels(stub_cluster)["amd-0"] == dict.fromkeys(DEPLOY, "true")
     assert dc["status"]["selectedNodes"] == 1
     assert "amd-1" not in dc["status"]["nodes"]
+
+
+@pytest.mark.slow
+def test_a_profiles_config_map_that_is_missing_or_malformed_degrades_the_deviceconfig_naming_the_field(
+    stub_cluster: SimCluster, kit: Any
+) -> None:
+    """Bad inputs: the named ConfigMap missing, then a profile with computePartition XPX; fixed, its
+    profiles reach the config manager's key between the DeviceConfig's and the shipped ones."""
+    api = stub_cluster.api()
+    name = f"{kit.release}-config-manager-config"
+    shipped = "- {name: cpx-nps1, amd: {computePartition: CPX}}\n- {name: spx-nps1, amd: {}}\n"
+    api.create(DAEMONSETS, kit.operand_daemonset("config-manager"), NAMESPACE)
+    ours = {"name": name, "labels": {"app.kubernetes.io/instance": kit.release}}
+    data = {"config.yaml": "{}\n", "shipped-profiles.yaml": shipped}
+    api.create(
+        CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": ours, "data": data}, NAMESPACE
+    )
+    field = "spec.configManager.profilesConfigMap: ConfigMap gpu-operator/site-profiles"
+
+    def degraded(message: str) -> dict[str, Any]:
+        return stub_cluster.wait_for_object(
+            DEVICECONFIGS,
+            "gpus",
+            NAMESPACE,
+            lambda d: condition(d, "Degraded").get("message", "").startswith(message),
+        )
+
+    spec = {"configManager": {"enable": True, "profilesConfigMap": "site-profiles"}}
+    with kit.operator_running(stub_cluster):
+        api.create(DEVICECONFIGS, kit.device_config(spec=spec), NAMESPACE)
+        dc = degraded(f"{field} not found")
+        assert condition(dc, "Degraded")["reason"] == "ProfilesConfigMapInvalid"
+        stub_cluster.wait_for_events(
+            NAMESPACE,
+            lambda events: any(
+                e["reason"] == "ProfilesConfigMapInvalid" and e["type"] == "Warning" and field in e["message"]
+                for e in events
+            ),
+            what="a ProfilesConfigMapInvalid Warning Event",
+        )
+        assert f"{NAMESPACE}.gpus.yaml" not in api.get(CONFIGMAPS, name, NAMESPACE)["data"]
+        site = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "site-profiles"}}
+        bad = "- {name: cpx-nps1, amd: {computePartition: XPX}}\n"
+        api.create(CONFIGMAPS, {**site, "data": {"profiles.yaml": bad}}, NAMESPACE)
+        degraded(f"{field} key profiles.yaml[0].amd.computePartition: Input should be")
+        good = "- {name: cpx-nps1, amd: {computePartition: DPX, memoryPartition: NPS2}}\n"
+        good += "- {name: site, amd: {}}\n"
+        api.patch(CONFIGMAPS, "site-profiles", {"data": {"profiles.yaml": good}}, NAMESPACE)
+        stub_cluster.wait_for_object(
+            DEVICECONFIGS, "gpus", NAMESPACE, lambda d: condition(d, "Degraded").get("status") == "False"
+        )
+        projected = stub_cluster.wait_for_object(
+            CONFIGMAPS, name, NAMESPACE, lambda cm: f"{NAMESPACE}.gpus.yaml" in cm["data"]
+        )
+    profiles = yaml.safe_load(projected["data"][f"{NAMESPACE}.gpus.yaml"])["profiles"]
+    assert [(p["name"], p["amd"]["computePartition"]) for p in profiles] == [
+        ("cpx-nps1", "DPX"),
+        ("site", "SPX"),
+        ("spx-nps1", "SPX"),
+    ]
+    assert projected["data"]["shipped-profiles.yaml"] == shipped  # the chart's key, only read

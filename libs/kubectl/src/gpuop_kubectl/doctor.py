@@ -14,6 +14,7 @@ import re
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 
+from gpuop_common import operandpause
 from gpuop_common.config import DeviceConfigSpec, LabelSelector
 from gpuop_common.kubeobj import (
     Obj,
@@ -376,11 +377,9 @@ def _log_lines(snap: Snapshot, pod: Obj, container: str) -> tuple[str, ...]:
 
 def paused_operands(node: Obj) -> list[str]:
     """`service=paused-for-<reason>` for each operand a walk has paused on the node."""
-    return sorted(
-        f"{k[len(DEPLOY_LABEL_PREFIX) :]}={v}"
-        for k, v in labels_of(node).items()
-        if k.startswith(DEPLOY_LABEL_PREFIX) and v.startswith(PAUSED_PREFIX)
-    )
+    return [
+        f"{s}={PAUSED_PREFIX}{reason}" for s, reason in operandpause.paused_operands(labels_of(node)).items()
+    ]
 
 
 def _pauses(node: Obj) -> Iterator[Finding]:
@@ -391,10 +390,7 @@ def _pauses(node: Obj) -> Iterator[Finding]:
         yield Finding(
             f.P006,
             "operands paused: " + ", ".join(paused),
-            (
-                "paused-for-driver-upgrade: the driver upgrade; paused-for-remediation: a GPU reset "
-                "(remediation); paused-for-config-change: the config manager",
-            ),
+            ("; ".join(f"{pause.value}: {pause.by}" for pause in operandpause.PAUSES),),
             "wait: whoever paused them sets the label back to true when done",
         )
 

@@ -3,8 +3,9 @@
 States (label `gpuop.dev/gpu-config-state`): pending -> quiescing -> applying -> success | failed.
 - Nothing is written while the GPUs already match the selected profile (steady state: zero writes).
 - An unknown or invalid profile fails with the reason before anything on the node changes.
-- Quiescing pauses the operands' deploy labels and waits for their pods and for GPU pods to leave;
-  on timeout the labels are restored and the state is `failed`.
+- Quiescing pauses the operands' deploy labels (gpuop_common.operandpause, reason `config-change`)
+  and waits for their pods and for GPU pods to leave; on timeout the labels are restored and the
+  state is `failed`.
 - Applying writes each GPU through gpuop_common, then re-reads the GPUs to verify. A memory
   partition the driver takes as a request for its next load is put in force by reloading amdgpu
   (`modprobe -r amdgpu; modprobe amdgpu`, the GPUs still quiesced; phase `reloading` on the Node
@@ -142,9 +143,7 @@ class ConfigManagerAgent:
         for other in meta.State:
             if other is not state:
                 self.metrics.state.labels(state=other.value).set(0)
-        new_labels = {k: v for k, v in {**node.labels, **label_patch}.items() if v is not None}
-        new_ann = {k: v for k, v in {**node.annotations, **ann_patch}.items() if v is not None}
-        return NodeMeta(node.name, node.uid, new_labels, new_ann)
+        return _patched(node, label_patch, ann_patch)
 
     def _fail(
         self, node: NodeMeta, reason: str, event: str, *, profile: PartitionProfile | None = None, digest: str
@@ -179,8 +178,9 @@ class ConfigManagerAgent:
         *,
         changed: bool,
         labels: dict[str, str | None] | None = None,
+        annotations: dict[str, str | None] | None = None,
     ) -> Outcome:
-        """`success`, with the restored deploy labels in the same patch."""
+        """`success`, with the restored deploy labels (and the pause's end) in the same patch."""
         result = Result(profile=profile.name, digest=digest, state=meta.State.SUCCESS.value).dump()
         already = (
             node.labels.get(meta.STATE_LABEL) == meta.State.SUCCESS
@@ -194,6 +194,7 @@ class ConfigManagerAgent:
                 meta.REASON_ANNOTATION: None,
                 meta.RESULT_ANNOTATION: result,
                 meta.PROGRESS_ANNOTATION: None,
+                **(annotations or {}),
             },
         )
         if not already:
@@ -205,14 +206,12 @@ class ConfigManagerAgent:
         return Outcome(meta.State.SUCCESS, changed)
 
     def _roll_back(self, node: NodeMeta, progress: Progress, why: str) -> NodeMeta:
-        restore = meta.restore_labels(node.labels, progress.saved_labels)
-        self.kube.patch(restore, {meta.PROGRESS_ANNOTATION: None})
+        restore, done = meta.PAUSE.resume(node.labels, node.annotations)
+        self.kube.patch(restore, {meta.PROGRESS_ANNOTATION: None, **done})
         self.kube.event(
             node, "ConfigRolledBack", f"profile {progress.profile}: pause undone ({why})", "Warning"
         )
-        labels = {**node.labels, **restore}
-        annotations = {k: v for k, v in node.annotations.items() if k != meta.PROGRESS_ANNOTATION}
-        return NodeMeta(node.name, node.uid, labels, annotations)
+        return _patched(node, restore, {meta.PROGRESS_ANNOTATION: None, **done})
 
     def _start(
         self, node: NodeMeta, profile: PartitionProfile, config: ConfigManagerConfig, todo: list[GpuTarget]
@@ -223,19 +222,15 @@ class ConfigManagerAgent:
         )
         node = self._set_state(node, meta.State.PENDING, annotations={meta.REASON_ANNOTATION: None})
         self.kube.event(node, "ConfigPending", f"profile {profile.name}: {changes}")
-        patch, saved = meta.pause_labels(node.labels, config.paused_operands)
+        patch, listed = meta.PAUSE.pause(node.labels, node.annotations, config.paused_operands)
         progress = Progress(
-            profile=profile.name,
-            digest=meta.profile_digest(profile),
-            phase="quiescing",
-            savedLabels=saved,
-            started=self.clock(),
+            profile=profile.name, digest=meta.profile_digest(profile), phase="quiescing", started=self.clock()
         )
         node = self._set_state(
             node,
             meta.State.QUIESCING,
-            labels=dict(patch),
-            annotations={meta.PROGRESS_ANNOTATION: progress.dump()},
+            labels=patch,
+            annotations={meta.PROGRESS_ANNOTATION: progress.dump(), **listed},
         )
         paused = ", ".join(sorted(patch)) or "none"
         self.kube.event(
@@ -278,8 +273,8 @@ class ConfigManagerAgent:
         except GpuBackendError as exc:
             return self._finish_failed(node, progress, str(exc), "ConfigFailed")
         self.metrics.apply_seconds.observe(self.clock() - started)
-        restore = meta.restore_labels(node.labels, progress.saved_labels)
-        return self._succeed(node, profile, progress.digest, changed=True, labels=dict(restore))
+        restore, done = meta.PAUSE.resume(node.labels, node.annotations)
+        return self._succeed(node, profile, progress.digest, changed=True, labels=restore, annotations=done)
 
     def _write(self, profile: PartitionProfile) -> bool:
         """Write every GPU that does not match yet; True when a memory partition waits for a
@@ -314,15 +309,14 @@ class ConfigManagerAgent:
         self.gpus.reload_amd_driver()
         return node  # `reloading` stays recorded until the end: a resumed load is a no-op
 
-    def _restore(self, node: NodeMeta, progress: Progress) -> NodeMeta:
-        restore = meta.restore_labels(node.labels, progress.saved_labels)
-        labels = {**node.labels, **restore}
-        if restore:
-            self.kube.patch(restore, None)
-        return NodeMeta(node.name, node.uid, labels, node.annotations)
+    def _restore(self, node: NodeMeta) -> NodeMeta:
+        restore, done = meta.PAUSE.resume(node.labels, node.annotations)
+        if restore or done:
+            self.kube.patch(restore, done)
+        return _patched(node, restore, done)
 
     def _finish_failed(self, node: NodeMeta, progress: Progress, reason: str, event: str) -> Outcome:
-        node = self._restore(node, progress)
+        node = self._restore(node)
         profile = next((p for p in self.config().profiles if p.name == progress.profile), None)
         outcome = self._fail(node, reason, event, profile=profile, digest=progress.digest)
         self.kube.patch(None, {meta.PROGRESS_ANNOTATION: None})
@@ -350,3 +344,10 @@ class ConfigManagerAgent:
                 )
             if self.stopping.wait(self.poll_seconds):
                 raise StoppedError
+
+
+def _patched(node: NodeMeta, labels: dict[str, str | None], annotations: dict[str, str | None]) -> NodeMeta:
+    """The node as it reads after a merge-patch of its labels and annotations (None removes)."""
+    new_labels = {k: v for k, v in {**node.labels, **labels}.items() if v is not None}
+    new_ann = {k: v for k, v in {**node.annotations, **annotations}.items() if v is not None}
+    return NodeMeta(node.name, node.uid, new_labels, new_ann)

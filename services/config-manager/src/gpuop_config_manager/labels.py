@@ -4,7 +4,8 @@ Input: `gpuop.dev/gpu-config-profile=<name>` (and the vendor labels AMD's device
 NVIDIA's MIG manager read). Output: `gpuop.dev/gpu-config-state` plus the vendor state labels
 (`nvidia.com/mig.config.state` pending/success/failed; `dcm.amd.com/gpu-config-profile-state`
 success/failure), the failure reason in an annotation, and while GPUs are repartitioned the
-operands' deploy labels set to `paused-for-config-change`.
+operands' deploy labels set to `paused-for-config-change` (gpuop_common.operandpause, the pause
+the operator's driver upgrade and remediation use too).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from enum import StrEnum
 from gpuop_common.config.config_manager import ConfigManagerConfig, PartitionProfile
 from gpuop_common.gpu.models import Vendor
 from gpuop_common.nodemeta import CONFIG_FAILURE_ANNOTATION, CONFIG_STATE_LABEL
+from gpuop_common.operandpause import CONFIG_CHANGE_PAUSE
 
 STATE_LABEL = CONFIG_STATE_LABEL
 NVIDIA_STATE_LABEL = "nvidia.com/mig.config.state"
@@ -25,8 +27,8 @@ AMD_STATE_LABEL = "dcm.amd.com/gpu-config-profile-state"
 REASON_ANNOTATION = CONFIG_FAILURE_ANNOTATION
 PROGRESS_ANNOTATION = "gpuop.dev/gpu-config-progress"
 RESULT_ANNOTATION = "gpuop.dev/gpu-config-result"
-DEPLOY_PREFIX = "gpuop.dev/deploy."
-PAUSED = "paused-for-config-change"
+PAUSE = CONFIG_CHANGE_PAUSE  # the operands paused while the GPUs are repartitioned
+PAUSED = PAUSE.value
 REASON_LIMIT = 1024
 
 
@@ -76,33 +78,6 @@ def state_labels(state: State, vendors: Sequence[Vendor]) -> dict[str, str | Non
     if Vendor.AMD in vendors and state in _AMD_STATE:
         labels[AMD_STATE_LABEL] = _AMD_STATE[state]
     return labels
-
-
-def deploy_key(operand: str) -> str:
-    return f"{DEPLOY_PREFIX}{operand}"
-
-
-def pause_labels(labels: Mapping[str, str], operands: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(patch, saved): deploy labels now `true` become paused; `saved` holds what to restore.
-
-    A `false` or absent deploy label is left alone (that operand is not running here), as NVIDIA's
-    MIG manager does; a label already paused by an earlier, interrupted run is restored to `true`.
-    """
-    patch: dict[str, str] = {}
-    saved: dict[str, str] = {}
-    for operand in operands:
-        key = deploy_key(operand)
-        value = labels.get(key)
-        if value in ("true", PAUSED):
-            saved[key] = "true"
-            if value != PAUSED:
-                patch[key] = PAUSED
-    return patch, saved
-
-
-def restore_labels(labels: Mapping[str, str], saved: Mapping[str, str]) -> dict[str, str]:
-    """Put paused deploy labels back; one someone else changed meanwhile is theirs and stays."""
-    return {key: value for key, value in saved.items() if labels.get(key) == PAUSED}
 
 
 def clip_reason(reason: str) -> str:

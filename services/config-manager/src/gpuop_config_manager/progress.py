@@ -1,8 +1,9 @@
 """The record kept on the Node while a profile is being applied, so a restarted agent resumes.
 
 Written to the `gpuop.dev/gpu-config-progress` annotation before the first label is paused and
-removed after the last one is restored: a pod that dies in between finds it, re-applies the same
-profile (the writes are absolute, so applying twice is safe) and restores exactly those labels.
+removed after the last one is restored: a pod that dies in between finds it and re-applies the same
+profile (the writes are absolute, so applying twice is safe). Which labels to restore is the
+operand pause's own annotation (gpuop_common.operandpause), written in the same patch.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ class Progress(BaseModel):
     profile: str = Field(max_length=63)
     digest: str = Field(max_length=64)
     phase: str = Field(pattern=r"^(quiescing|applying|reloading)$")
-    saved_labels: dict[str, str] = Field(default_factory=dict, alias="savedLabels")
     started: float = 0.0  # wall-clock seconds when quiescing began
 
     def dump(self) -> str:

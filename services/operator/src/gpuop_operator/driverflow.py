@@ -29,17 +29,18 @@ from typing import Literal, NamedTuple, Required, TypedDict, Unpack
 
 from gpuop_common.config.driver import DriverConfig
 from gpuop_common.nodemeta import DRIVER_FAILURE_ANNOTATION, DRIVER_VERSION_LABEL
+from gpuop_common.operandpause import DRIVER_UPGRADE_PAUSE
 
 from gpuop_operator.drain import NodePod, plan_drain
 from gpuop_operator.driverdefaults import concrete_label, resolved_version
 from gpuop_operator.driverjob import JobView, Operation
 from gpuop_operator.model import (
+    OPERANDS,
     REMEDIATION_ACTIVE,
     REMEDIATION_STATE_LABEL,
     NodeInfo,
     NodePatch,
 )
-from gpuop_operator.operandpause import OperandPause
 from gpuop_operator.upgrade import (
     FAILED_STATES,
     STATE_LABEL,
@@ -54,11 +55,11 @@ VERSION_LABEL = DRIVER_VERSION_LABEL
 SINCE = "gpuop.dev/driver-upgrade.since"  # epoch seconds the current step began
 STARTED = "gpuop.dev/driver-upgrade.started"  # epoch seconds the walk began (for its duration)
 ADMIN_CORDON = "gpuop.dev/driver-upgrade.admin-cordoned"
-PAUSED = "gpuop.dev/driver-upgrade.paused"  # operands this upgrade paused, comma-separated
+PAUSE = DRIVER_UPGRADE_PAUSE
+PAUSED = PAUSE.annotation  # operands this upgrade paused, comma-separated
 BOOT_ID = "gpuop.dev/driver-upgrade.boot-id"  # bootID before the reboot
 FAILURE = DRIVER_FAILURE_ANNOTATION  # why the last install/upgrade failed
 REPORTED = "gpuop.dev/driver.reported"  # uid of the failed Job whose Events were sent
-PAUSE = OperandPause("driver-upgrade", PAUSED)
 PAUSE_VALUE = PAUSE.value
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0  # a refused eviction is tried again this soon
@@ -483,8 +484,8 @@ class DriverPlanner:
         self._state(node, UpgradeState.DRAINING.value, f"{len(step.remove) + len(step.waiting)} pod(s) to go")
 
     def _pause(self, node: NodeInfo, vendor: str) -> None:
-        labels, annotations = PAUSE.pause(node)
-        if labels:
+        labels, annotations = PAUSE.pause(node.labels, node.annotations, OPERANDS)
+        if labels or annotations:
             self._patch(
                 node,
                 UpgradeState.POD_RESTART,
@@ -493,7 +494,7 @@ class DriverPlanner:
             )
             self._state(node, UpgradeState.POD_RESTART.value, "pausing the GPU operands")
             return
-        left = PAUSE.left(node, self.operand_pods)
+        left = PAUSE.left(node.annotations, (s for n, s in self.operand_pods if n == node.name))
         if left:
             self._state(node, UpgradeState.POD_RESTART.value, f"waiting for {', '.join(left)} to stop")
             return
@@ -549,7 +550,7 @@ class DriverPlanner:
     @staticmethod
     def resumed(node: NodeInfo) -> dict[str, str | None]:
         """The deploy labels this walk paused, set back to "true" (not one someone else paused)."""
-        return PAUSE.resumed(node)
+        return PAUSE.resumed(node.labels, node.annotations)
 
     def _validate(self, node: NodeInfo) -> None:
         budget = VALIDATE_TIMEOUT_S + (self.validation_timeout_s if self.validation_recipe else 0.0)

@@ -40,6 +40,8 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("metrics-exporter",),
     ("config-manager", "test-runner"),
 )
+# The order the operator pauses a node's operands in (gpuop_common.operandpause): the rollout's.
+OPERANDS: tuple[str, ...] = tuple(service for stage in STAGES for service in stage)
 # Operands whose service exists in this release; enabling any other section is reported Unsupported.
 SUPPORTED_SERVICES: frozenset[str] = frozenset(
     {

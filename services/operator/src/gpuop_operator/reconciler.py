@@ -66,6 +66,8 @@ from gpuop_operator.model import (
 from gpuop_operator.overridecheck import OVERRIDE_SUFFIXES, override_problems
 from gpuop_operator.overridecheck import REASON as REASON_OVERRIDE
 from gpuop_operator.plan import PodIndex, RolloutPlan, enabled_stages, plan_rollout, uninstall_stage_patches
+from gpuop_operator.profilesource import REASON as PROFILES_REASON
+from gpuop_operator.profilesource import NamedProfiles, named_profiles
 from gpuop_operator.projection import config_map_name, plan_config_maps
 from gpuop_operator.remediation import RemediationPlan, marked_by_remediation, plan_release, plan_remediation
 from gpuop_operator.selector import matches
@@ -146,9 +148,9 @@ class Reconciler:
         self.daemonsets = WatchCache(
             kube, DAEMONSETS, mark, namespace=ns, label_selector=instance, transform=views.trim_named
         )
-        self.configmaps = WatchCache(
-            kube, CONFIGMAPS, mark, namespace=ns, label_selector=instance, transform=views.trim_config_map
-        )
+        # Every ConfigMap of the namespace: the operands' (projected into) and those a DeviceConfig
+        # names (`configManager.profilesConfigMap`, the user's: no instance label).
+        self.configmaps = WatchCache(kube, CONFIGMAPS, mark, namespace=ns, transform=views.trim_config_map)
         self.jobs = WatchCache(
             kube,
             JOBS,
@@ -175,6 +177,7 @@ class Reconciler:
         if self.overrides is not None:
             self._caches += (self.overrides,)
         self._override_problems: dict[str, list[str]] = {}  # DeviceConfig -> as last reported
+        self._profiles_problems: dict[str, str] = {}  # DeviceConfig -> profilesConfigMap problem reported
         self._override_checked: tuple[str | None, list[str]] | None = None  # (resourceVersion, problems)
         self._failed_runs: dict[str, FailedRun] = {}  # failed Job uid -> what its pod reported
         self._wake_at = 0.0  # monotonic time a timed driver step is due; 0 when none
@@ -271,6 +274,7 @@ class Reconciler:
                 selectors[DeviceConfigRef.of(obj)] = selector
         ok = True
         valid: dict[str, DeviceConfigSpec] = {}
+        named: dict[str, NamedProfiles] = {}
         for obj in objects:
             owner = object_key(obj)
             try:
@@ -280,18 +284,27 @@ class Reconciler:
                 result = validate(obj, nodes, selectors)
                 if result.ok and result.spec is not None:
                     valid[owner] = result.spec
-                ok &= self._reconcile_one(obj, result, nodes, pods, installed)
+                    named[owner] = self._named_profiles(obj, result.spec)
+                problem = named[owner].problem if owner in named else ""
+                ok &= self._reconcile_one(obj, result, nodes, pods, installed, profiles_problem=problem)
             except _API_ERRORS as exc:
                 ok = False
                 self.metrics.errors.labels("deviceconfig").inc()
                 log.warning("reconcile failed", extra={"deviceconfig": owner, "error": _describe(exc)})
         holders = {n.name: held for n in nodes if (held := n.annotations.get(OWNER_ANNOTATION))}
-        ok &= self._project(valid, [object_key(o) for o in live], holders)
+        ok &= self._project(valid, [object_key(o) for o in live], holders, named)
         self.metrics.duration.observe(time.monotonic() - started)
         return ok
 
     def _reconcile_one(
-        self, obj: JsonObj, result: Validation, nodes: Sequence[Any], pods: PodIndex, installed: set[str]
+        self,
+        obj: JsonObj,
+        result: Validation,
+        nodes: Sequence[Any],
+        pods: PodIndex,
+        installed: set[str],
+        *,
+        profiles_problem: str = "",
     ) -> bool:
         owner = object_key(obj)
         obj = self._ensure_finalizer(obj)
@@ -335,7 +348,9 @@ class Reconciler:
         ok &= self._apply(plan)
         enabled = {service for stage in enabled_stages(spec) for service in stage}
         missing = (enabled & SUPPORTED_SERVICES) - installed - JOB_SERVICES
-        conditions = rollout_conditions(plan, missing, held=remediation_held or held)
+        conditions = rollout_conditions(
+            plan, missing, held=remediation_held or held, problem=(PROFILES_REASON, profiles_problem)
+        )
         status = build_status(generation, conditions, plan, previous, _now())
         if driver_plan is not None:
             status["driver"] = driver_status(spec.driver, driver_plan.states)
@@ -351,6 +366,25 @@ class Reconciler:
         self.metrics.set_stages(owner, status.get("stages") or {})
         self.metrics.deviceconfig_ready.labels(owner).set(1 if conditions[0].status else 0)
         return ok
+
+    def _named_profiles(self, obj: JsonObj, spec: DeviceConfigSpec) -> NamedProfiles:
+        """The profiles of the ConfigMap `configManager.profilesConfigMap` names; a Warning Event
+        when it turns unusable (and a log line when it is usable again)."""
+        section = spec.config_manager
+        name = f"{self.settings.namespace}/{section.profiles_config_map}"
+        found = named_profiles(section, self.settings.namespace, self.configmaps.get(name))
+        owner = object_key(obj)
+        if found.problem != self._profiles_problems.get(owner, ""):
+            self._profiles_problems[owner] = found.problem
+            if found.problem:
+                log.warning(
+                    "config manager profiles unusable",
+                    extra={"deviceconfig": owner, "problem": found.problem},
+                )
+                self._event(obj, PROFILES_REASON, found.problem, "Warning")
+            else:
+                log.info("config manager profiles usable again", extra={"deviceconfig": owner})
+        return found
 
     def _override_held(self, obj: JsonObj) -> str:
         """Why no driver step of this DeviceConfig may run now (a broken playbook override), or ""."""
@@ -756,7 +790,11 @@ class Reconciler:
         )
 
     def _project(
-        self, valid: dict[str, DeviceConfigSpec], existing: list[str], holders: dict[str, str]
+        self,
+        valid: dict[str, DeviceConfigSpec],
+        existing: list[str],
+        holders: dict[str, str],
+        named: dict[str, NamedProfiles],
     ) -> bool:
         ok = True
         currents: dict[str, JsonObj] = {}
@@ -765,7 +803,7 @@ class Reconciler:
             current = self.configmaps.get(f"{self.settings.namespace}/{name}")
             if current is not None:  # else the service's chart is not installed: nothing to project into
                 currents[service] = current.get("data") or {}
-        planned = plan_config_maps(currents, valid, existing, holders)
+        planned = plan_config_maps(currents, valid, existing, holders, named=named)
         for service, changes in planned.items():
             name = config_map_name(self.settings.release, service)
             if not changes:

@@ -31,6 +31,7 @@ from typing import Any
 
 from gpuop_common.config.remediation import RemediationConfig
 from gpuop_common.nodemeta import GPU_HEALTHY_CONDITION
+from gpuop_common.operandpause import REMEDIATION_PAUSE
 
 from gpuop_operator.drain import NodePod, plan_drain
 from gpuop_operator.driverflow import (
@@ -43,13 +44,13 @@ from gpuop_operator.driverflow import (
 )
 from gpuop_operator.driverjob import JobView, Operation
 from gpuop_operator.model import (
+    OPERANDS,
     REMEDIATION_ACTIVE,
     REMEDIATION_APPROVED_LABEL,
     REMEDIATION_STATE_LABEL,
     NodeInfo,
     NodePatch,
 )
-from gpuop_operator.operandpause import OperandPause
 from gpuop_operator.upgrade import IN_FLIGHT
 from gpuop_operator.upgrade import STATE_LABEL as UPGRADE_STATE_LABEL
 from gpuop_operator.views import CONDITION_MESSAGE_CHARS
@@ -70,8 +71,8 @@ TAINT = _PREFIX + "taint"  # JSON of the taint this run added (removed exactly, 
 FAILURE = _PREFIX + "failure"
 REPORTED = _PREFIX + "reported"  # uid of the failed Job whose task Events were sent
 HISTORY = _PREFIX + "history"  # JSON list of finished runs, newest last
-PAUSED = _PREFIX + "paused"  # deploy labels of the operands this run paused, comma-separated
-PAUSE = OperandPause("remediation", PAUSED)
+PAUSE = REMEDIATION_PAUSE
+PAUSED = PAUSE.annotation  # deploy labels of the operands this run paused, comma-separated
 HEALTH_RESET = "gpuop.dev/gpu-health-reset"  # read by the node labeller: a GPU reset happened
 RUN_ANNOTATIONS = (
     SINCE,
@@ -367,7 +368,7 @@ class _Planner:
         self._patch(
             node,
             State.FAILED,
-            labels=PAUSE.resumed(node),
+            labels=PAUSE.resumed(node.labels, node.annotations),
             annotations={**annotations, PAUSED: None},
             event=("RemediationFailed", message),
             warning=True,
@@ -446,7 +447,7 @@ class _Planner:
         self._patch(
             node,
             None,
-            labels=PAUSE.resumed(node),
+            labels=PAUSE.resumed(node.labels, node.annotations),
             annotations={**dict.fromkeys(RUN_ANNOTATIONS, None), FAILURE: None},
             unschedulable=False if started and node.annotations.get(ADMIN_CORDON) != "true" else None,
             taints=self._without_ours(node) if started else None,
@@ -591,8 +592,8 @@ class _Planner:
     def _operands_paused(self, node: NodeInfo) -> bool:
         """Pause the node's GPU operands, then True once their pods are gone: the driver refuses a
         reset while any process (NVML, /dev/dri, /dev/kfd, /dev/nvidia*) holds the GPU open."""
-        labels, annotations = PAUSE.pause(node)
-        if labels:
+        labels, annotations = PAUSE.pause(node.labels, node.annotations, OPERANDS)
+        if labels or annotations:
             self._patch(
                 node,
                 State.DRAINING,
@@ -602,7 +603,7 @@ class _Planner:
             )
             self._state(node, State.DRAINING.value, "pausing the GPU operands")
             return False
-        left = PAUSE.left(node, self.operand_pods)
+        left = PAUSE.left(node.annotations, (s for n, s in self.operand_pods if n == node.name))
         if not left:
             return True
         elapsed = self.now - self._since(node)
@@ -663,7 +664,7 @@ class _Planner:
             self._patch(
                 node,
                 State.REPAIRING,
-                labels=PAUSE.resumed(node),
+                labels=PAUSE.resumed(node.labels, node.annotations),
                 annotations={REPAIR: "clear-wait", STEPS: steps, PAUSED: None, **reset},
             )
             if self._cleared(node):
@@ -713,7 +714,7 @@ class _Planner:
         self._patch(
             node,
             State.VALIDATING,
-            labels=PAUSE.resumed(node),
+            labels=PAUSE.resumed(node.labels, node.annotations),
             annotations={
                 REPAIR: None,
                 BOOT_ID: None,
@@ -773,7 +774,7 @@ class _Planner:
         self._patch(
             node,
             State.RECOVERED,
-            labels=PAUSE.resumed(node),
+            labels=PAUSE.resumed(node.labels, node.annotations),
             annotations=annotations,
             unschedulable=False if node.annotations.get(ADMIN_CORDON) != "true" else None,
             taints=self._without_ours(node),

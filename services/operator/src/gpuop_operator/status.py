@@ -56,11 +56,17 @@ def invalid_conditions(validation: Validation) -> list[Condition]:
 
 
 def rollout_conditions(
-    plan: RolloutPlan, missing: Collection[str], deleting: bool = False, held: str = ""
+    plan: RolloutPlan,
+    missing: Collection[str],
+    deleting: bool = False,
+    held: str = "",
+    problem: tuple[str, str] = ("", ""),
 ) -> list[Condition]:
     """Conditions of a valid DeviceConfig from its plan; `missing`: enabled operands with no DaemonSet.
 
-    `held`: why the driver lifecycle is held (a broken playbook override), shown as Degraded."""
+    `held`: why the driver lifecycle is held (a broken playbook override), shown as Degraded;
+    `problem`: (reason, message) of a setting that cannot be used (e.g. the ConfigMap
+    `configManager.profilesConfigMap` names), shown as Degraded when the message is set."""
     stages = plan.stages
     selected = [stage for stage in stages.values() if stage != REMOVING]
     ready = sum(1 for stage in selected if stage == READY)
@@ -91,6 +97,8 @@ def rollout_conditions(
     )
     if held:
         degraded = Condition("Degraded", True, OVERRIDE_REASON, held)
+    elif problem[1]:
+        degraded = Condition("Degraded", True, problem[0], problem[1])
     elif missing:
         sections = ", ".join(f"spec.{OPERAND_SECTIONS[s]}" for s in sorted(missing))
         degraded = Condition(

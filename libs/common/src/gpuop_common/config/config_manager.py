@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -10,6 +11,7 @@ from gpuop_common.config.base import ConfigModel, GpuModel, ImageSettings, Label
 
 MigProfile = Annotated[str, Field(pattern=r"^([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\+(me|gfx))*$", max_length=32)]
 GpuIndex = Annotated[int, Field(ge=0, le=1023)]
+PROFILES_MAX = 128
 
 
 class AmdPartition(ConfigModel):
@@ -93,7 +95,9 @@ class ConfigManagerConfig(ImageSettings):
 
     enable: bool = Field(False, description="Run the config manager on selected nodes.")
     profiles: list[PartitionProfile] = Field(
-        default_factory=list, max_length=128, description="Partition profiles, first matching one wins."
+        default_factory=list,
+        max_length=PROFILES_MAX,
+        description="Partition profiles, first matching one wins.",
     )
     profile_label: LabelKey = Field(
         "gpuop.dev/gpu-config-profile",
@@ -112,6 +116,15 @@ class ConfigManagerConfig(ImageSettings):
         description="Operands whose `gpuop.dev/deploy.<name>` node label is set to "
         "`paused-for-config-change` while the GPUs are repartitioned.",
     )
+    profiles_config_map: str = Field(
+        "",
+        pattern=r"^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=253,
+        description="A ConfigMap in the operator's namespace whose `profiles.yaml` key lists more "
+        "profiles (a YAML list, as `profiles`). Precedence by name: `profiles`, then these, then the "
+        "profiles the chart ships. Missing or invalid: the DeviceConfig is Degraded naming this "
+        "field, and the last good profiles stay.",
+    )
     quiesce_timeout_seconds: int = Field(
         300, ge=1, le=86400, description="How long to wait for operand and GPU pods to leave the node."
     )
@@ -123,3 +136,26 @@ class ConfigManagerConfig(ImageSettings):
         if duplicates:
             raise ValueError(f"profiles: name {', '.join(duplicates)} used more than once")
         return self
+
+
+# The config-manager chart's own profiles, next to config.yaml in the agent's ConfigMap: under the
+# operator config.yaml is the DeviceConfig's section, which gets these added (`with_profiles_added`).
+SHIPPED_PROFILES_KEY = "shipped-profiles.yaml"
+# The key of the ConfigMap `profilesConfigMap` names (a YAML list of profiles, as `profiles`).
+NAMED_PROFILES_KEY = "profiles.yaml"
+
+
+def with_profiles_added(config: ConfigManagerConfig, more: Sequence[PartitionProfile]) -> ConfigManagerConfig:
+    """The section's own profiles, then each of `more` whose name is not taken yet (the first of a
+    name wins; the section's nodeSelector matches are tried first, since the first match wins)."""
+    taken = {profile.name for profile in config.profiles}
+    added: list[PartitionProfile] = []
+    for profile in more:
+        if profile.name not in taken:
+            taken.add(profile.name)
+            added.append(profile)
+    room = PROFILES_MAX - len(config.profiles)  # the agent refuses a longer list
+    added = added[: max(room, 0)]
+    if not added:
+        return config
+    return config.model_copy(update={"profiles": [*config.profiles, *added]})
