@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from gpuop_operator.kubeio import KubeJson
-from gpuop_operator.uninstall import node_cleanup_patch, uninstall_cleanup
+from gpuop_operator.uninstall import MARKING_AGENTS, node_cleanup_patch, uninstall_cleanup
 from gpuop_sim.cluster import SimCluster
 from gpuop_sim.workloads.kubeapi import NODES, Resource
 
@@ -35,7 +35,7 @@ def test_patch_removes_deploy_labels_operator_annotations_and_labeller_labels() 
             "note": "kept",
         },
     )
-    assert node_cleanup_patch(node, labeller_running=False) == {
+    assert node_cleanup_patch(node, agents_running=()) == {
         "metadata": {
             "labels": {
                 "amd.com/gpu.family": None,
@@ -49,16 +49,55 @@ def test_patch_removes_deploy_labels_operator_annotations_and_labeller_labels() 
 
 def test_labeller_labels_stay_while_a_labeller_still_runs_there() -> None:
     node = _node({"gpuop.dev/gpu.count": "8"}, {OWNED: "gpuop.dev/gpu.count"})
-    assert node_cleanup_patch(node, labeller_running=True) is None
-    assert node_cleanup_patch(_node({"team": "ml"}, {}), labeller_running=False) is None
+    assert node_cleanup_patch(node, agents_running={"node-labeller"}) is None
+    assert node_cleanup_patch(_node({"team": "ml"}, {}), agents_running=()) is None
 
 
 def test_garbled_ownership_annotation_removes_only_labels_present() -> None:
     """Bad input: an ownership annotation with empty entries and keys the node does not carry."""
     node = _node({"a/b": "1"}, {OWNED: ",, a/b ,,not-there,"})
-    assert node_cleanup_patch(node, labeller_running=False) == {
+    assert node_cleanup_patch(node, agents_running=()) == {
         "metadata": {"labels": {"a/b": None}, "annotations": {OWNED: None}}
     }
+
+
+def test_config_manager_and_test_runner_marks_and_pause_lists_go_once_their_agents_left() -> None:
+    """The config manager's state labels/annotations, the test runner's result, the operand pause
+    lists: nothing maintains them after an uninstall. The administrator's profile label and test
+    request stay, and an agent still running keeps its own marks (it would write them back)."""
+    agent_marks = {
+        "gpuop.dev/gpu-config-state": "success",
+        "nvidia.com/mig.config.state": "success",
+        "dcm.amd.com/gpu-config-profile-state": "success",
+        "gpuop.dev/gpu.test-result": "passed",
+    }
+    node = _node(
+        {**agent_marks, "gpuop.dev/gpu-config-profile": "cpx-nps1"},
+        {
+            "gpuop.dev/gpu-config-result": "{}",
+            "gpuop.dev/gpu-config-failure-reason": "old",
+            "gpuop.dev/gpu.test-result-time": "2026-12-05T10:00:00Z",
+            "gpuop.dev/test-result": "{}",
+            "gpuop.dev/test-request": "{}",
+            "gpuop.dev/remediation.paused": "gpuop.dev/deploy.device-plugin",
+        },
+    )
+    assert node_cleanup_patch(node, agents_running=()) == {
+        "metadata": {
+            "labels": dict.fromkeys(sorted(agent_marks)),
+            "annotations": {
+                "gpuop.dev/gpu-config-failure-reason": None,
+                "gpuop.dev/gpu-config-result": None,
+                "gpuop.dev/gpu.test-result-time": None,
+                "gpuop.dev/remediation.paused": None,
+                "gpuop.dev/test-result": None,
+            },
+        }
+    }
+    kept = node_cleanup_patch(node, agents_running=MARKING_AGENTS)
+    assert kept == {"metadata": {"annotations": {"gpuop.dev/remediation.paused": None}}}
+    only_runner = node_cleanup_patch(node, agents_running={"test-runner"})
+    assert only_runner is not None and "gpuop.dev/gpu.test-result" not in only_runner["metadata"]["labels"]
 
 
 @pytest.mark.slow

@@ -45,11 +45,29 @@ AMD_PARTITION_LABEL = "amd.com/gpu.compute-memory-partition"
 # The config manager (docs/config-manager.md): the profile a node asks for, and how applying it went.
 CONFIG_PROFILE_LABEL = "gpuop.dev/gpu-config-profile"
 CONFIG_STATE_LABEL = "gpuop.dev/gpu-config-state"
+CONFIG_NVIDIA_STATE_LABEL = "nvidia.com/mig.config.state"  # NVIDIA's MIG manager's, kept in step
+CONFIG_AMD_STATE_LABEL = "dcm.amd.com/gpu-config-profile-state"  # AMD's device config manager's
 CONFIG_FAILURE_ANNOTATION = "gpuop.dev/gpu-config-failure-reason"
+CONFIG_PROGRESS_ANNOTATION = "gpuop.dev/gpu-config-progress"
+CONFIG_RESULT_ANNOTATION = "gpuop.dev/gpu-config-result"
 
 # The test runner's Node API (docs/test-runner.md).
 TEST_REQUEST_ANNOTATION = "gpuop.dev/test-request"
 TEST_RESULT_LABEL = "gpuop.dev/gpu.test-result"
+TEST_RESULT_TIME_ANNOTATION = "gpuop.dev/gpu.test-result-time"
+TEST_ANSWER_ANNOTATION = "gpuop.dev/test-result"
+
+# What an agent writes on its Node that nothing else maintains, as (labels, annotations): the
+# uninstall cleanup removes them once no pod of that agent runs on the node (a running one would
+# write them straight back). The node labeller's own set is listed by LABELLER_OWNED_ANNOTATION.
+# The request annotations and the profile label are the administrator's and stay.
+AGENT_NODE_MARKS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "config-manager": (
+        (CONFIG_STATE_LABEL, CONFIG_NVIDIA_STATE_LABEL, CONFIG_AMD_STATE_LABEL),
+        (CONFIG_FAILURE_ANNOTATION, CONFIG_PROGRESS_ANNOTATION, CONFIG_RESULT_ANNOTATION),
+    ),
+    "test-runner": ((TEST_RESULT_LABEL,), (TEST_RESULT_TIME_ANNOTATION, TEST_ANSWER_ANNOTATION)),
+}
 
 # Node Feature Discovery's PCI presence labels: how a GPU node is found before any driver exists.
 AMD_PRESENT_LABEL = "feature.node.kubernetes.io/pci-1002.present"

@@ -18,15 +18,22 @@ from enum import StrEnum
 
 from gpuop_common.config.config_manager import ConfigManagerConfig, PartitionProfile
 from gpuop_common.gpu.models import Vendor
-from gpuop_common.nodemeta import CONFIG_FAILURE_ANNOTATION, CONFIG_STATE_LABEL
+from gpuop_common.nodemeta import (
+    CONFIG_AMD_STATE_LABEL,
+    CONFIG_FAILURE_ANNOTATION,
+    CONFIG_NVIDIA_STATE_LABEL,
+    CONFIG_PROGRESS_ANNOTATION,
+    CONFIG_RESULT_ANNOTATION,
+    CONFIG_STATE_LABEL,
+)
 from gpuop_common.operandpause import CONFIG_CHANGE_PAUSE
 
 STATE_LABEL = CONFIG_STATE_LABEL
-NVIDIA_STATE_LABEL = "nvidia.com/mig.config.state"
-AMD_STATE_LABEL = "dcm.amd.com/gpu-config-profile-state"
+NVIDIA_STATE_LABEL = CONFIG_NVIDIA_STATE_LABEL
+AMD_STATE_LABEL = CONFIG_AMD_STATE_LABEL
 REASON_ANNOTATION = CONFIG_FAILURE_ANNOTATION
-PROGRESS_ANNOTATION = "gpuop.dev/gpu-config-progress"
-RESULT_ANNOTATION = "gpuop.dev/gpu-config-result"
+PROGRESS_ANNOTATION = CONFIG_PROGRESS_ANNOTATION
+RESULT_ANNOTATION = CONFIG_RESULT_ANNOTATION
 PAUSE = CONFIG_CHANGE_PAUSE  # the operands paused while the GPUs are repartitioned
 PAUSED = PAUSE.value
 REASON_LIMIT = 1024

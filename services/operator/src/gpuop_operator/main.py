@@ -115,7 +115,7 @@ def run(ctx: ServiceContext[OperatorSettings]) -> int:
                 "deviceconfigs": list(report.deleted),
                 "finalizers_released_here": list(report.forced),
                 "nodes_cleaned": list(report.cleaned_nodes),
-                "labeller_still_running_on": list(report.labeller_still_running),
+                "agents_still_running_on": list(report.agents_still_running),
                 "driver_uninstall_cut_short": list(report.uninstall_cut_short),
             },
         )

@@ -13,9 +13,12 @@ helm deletes anything, while the operator still works:
    uninstalled the driver node by node, which can take far longer than the wait: the hook says so
    up front, and names what it cut short when it releases one itself (the driver stays on the
    nodes the walk had not reached, a node mid-walk stays cordoned);
-3. on every node: our deploy labels and annotations go, and the labels the node labeller owns (its
-   ownership annotation lists them) go too on nodes where no node-labeller pod of the release runs
-   any more (one that still runs would write them straight back; it is named in the log).
+3. on every node: our deploy labels and annotations go (the stage, the owner, the operand pause
+   lists), and what the agents write there goes too on nodes where no pod of that agent runs any
+   more: the labels the node labeller owns (its ownership annotation lists them), the config
+   manager's state labels and annotations, the test runner's result label and annotations (an
+   agent that still runs would write them straight back; it is named in the log). The profile
+   label and test requests are the administrator's and stay.
 
 The per-node patch is a pure function; the loop around it is I/O with bounded waits.
 """
@@ -24,11 +27,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuop_common.nodemeta import LABELLER_OWNED_ANNOTATION, labeller_owned_keys
+from gpuop_common.nodemeta import AGENT_NODE_MARKS, LABELLER_OWNED_ANNOTATION, labeller_owned_keys
+from gpuop_common.operandpause import PAUSES
 from kubernetes.client.exceptions import ApiException
 
 from gpuop_operator.kubeio import DEVICECONFIGS, NODES, PODS, JsonObj, KubeJson
@@ -37,6 +41,9 @@ from gpuop_operator.upgrade import STATE_LABEL
 
 log = logging.getLogger(__name__)
 DEPLOY_PREFIX = f"{LABEL_PREFIX}deploy."
+LABELLER = "node-labeller"
+# Agents whose marks on a Node go only once none of their pods runs there.
+MARKING_AGENTS = (LABELLER, *AGENT_NODE_MARKS)
 
 
 @dataclass(frozen=True)
@@ -44,25 +51,31 @@ class CleanupReport:
     deleted: tuple[str, ...]  # DeviceConfigs deleted ("<namespace>/<name>")
     forced: tuple[str, ...]  # of those, released here because the operator did not in time
     cleaned_nodes: tuple[str, ...]
-    labeller_still_running: tuple[str, ...]  # nodes whose labeller labels were left
+    agents_still_running: tuple[str, ...]  # nodes whose agents' marks were left ("<node> (<agent>)")
     uninstall_cut_short: tuple[str, ...] = ()  # forced ones whose driver uninstall had not ended
 
     @property
     def complete(self) -> bool:
-        return not self.labeller_still_running
+        return not self.agents_still_running
 
 
-def node_cleanup_patch(node: Mapping[str, Any], *, labeller_running: bool) -> JsonObj | None:
-    """The merge patch that removes gpuop's marks from a Node; None when there is nothing to remove."""
+def node_cleanup_patch(node: Mapping[str, Any], *, agents_running: Collection[str]) -> JsonObj | None:
+    """The merge patch that removes gpuop's marks from a Node; None when there is nothing to remove.
+    `agents_running`: the agents (MARKING_AGENTS) with a pod on this node, whose marks stay."""
     meta = node.get("metadata") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     drop_labels = {key for key in labels if key.startswith(DEPLOY_PREFIX)}
-    drop_annotations = {key for key in (OWNER_ANNOTATION, STAGE_ANNOTATION) if key in annotations}
-    if not labeller_running:
+    ours = (OWNER_ANNOTATION, STAGE_ANNOTATION, *(pause.annotation for pause in PAUSES))
+    drop_annotations = {key for key in ours if key in annotations}
+    if LABELLER not in agents_running:
         drop_labels |= {key for key in labeller_owned_keys(annotations) if key in labels}
         if LABELLER_OWNED_ANNOTATION in annotations:
             drop_annotations.add(LABELLER_OWNED_ANNOTATION)
+    for agent, (agent_labels, agent_annotations) in AGENT_NODE_MARKS.items():
+        if agent not in agents_running:
+            drop_labels |= {key for key in agent_labels if key in labels}
+            drop_annotations |= {key for key in agent_annotations if key in annotations}
     if not drop_labels and not drop_annotations:
         return None
     patch: JsonObj = {"metadata": {}}
@@ -101,10 +114,16 @@ def _wait(condition: Callable[[], bool], timeout: float, sleep: Callable[[float]
     return True
 
 
-def _labeller_nodes(kube: KubeJson, namespace: str, release: str) -> set[str]:
-    selector = f"app.kubernetes.io/name=node-labeller,app.kubernetes.io/instance={release}"
+def _agents_by_node(kube: KubeJson, namespace: str, release: str) -> dict[str, set[str]]:
+    """Node -> the marking agents of the release with a pod there."""
+    selector = f"app.kubernetes.io/name in ({','.join(MARKING_AGENTS)}),app.kubernetes.io/instance={release}"
     pods, _ = kube.list(PODS, namespace, labelSelector=selector)
-    return {str(p["spec"].get("nodeName")) for p in pods if (p.get("spec") or {}).get("nodeName")}
+    running: dict[str, set[str]] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            running.setdefault(str(node), set()).add(str(pod["metadata"]["labels"]["app.kubernetes.io/name"]))
+    return running
 
 
 def _release_finalizer(kube: KubeJson, dc: JsonObj) -> None:
@@ -118,14 +137,14 @@ def _release_finalizer(kube: KubeJson, dc: JsonObj) -> None:
             raise
 
 
-def _clean_nodes(kube: KubeJson, *, labeller_nodes: set[str] | None) -> set[str]:
-    """Patch every node; `labeller_nodes` None: keep every labeller label this pass."""
+def _clean_nodes(kube: KubeJson, *, agents: dict[str, set[str]] | None) -> set[str]:
+    """Patch every node; `agents` None: keep every agent's marks this pass."""
     cleaned: set[str] = set()
     nodes, _ = kube.list(NODES)
     for node in nodes:
         name = str(node["metadata"]["name"])
-        running = labeller_nodes is None or name in labeller_nodes
-        patch = node_cleanup_patch(node, labeller_running=running)
+        running = MARKING_AGENTS if agents is None else agents.get(name, set())
+        patch = node_cleanup_patch(node, agents_running=running)
         if patch is not None:
             kube.patch(NODES, name, patch)
             cleaned.add(name)
@@ -143,7 +162,7 @@ def uninstall_cleanup(
     sleep: Callable[[float], None] = time.sleep,
 ) -> CleanupReport:
     """Steps 1-3 of the module docstring: waits at most `timeout` for the operator's cleanup and
-    `agents_timeout` for operator-managed node-labeller pods to leave."""
+    `agents_timeout` for the operator-managed agents that mark nodes (MARKING_AGENTS) to leave."""
     dcs, _ = kube.list(DEVICECONFIGS, watch_namespace)
     for dc in dcs:
         try:
@@ -187,20 +206,20 @@ def uninstall_cleanup(
         )
     cleaned: set[str] = set()
     # Our deploy labels first (the operator already removed them unless it was absent), so that
-    # operator-managed labeller pods leave; then the labeller's labels where none runs any more.
-    cleaned |= _clean_nodes(kube, labeller_nodes=None)
-    _wait(lambda: not _labeller_nodes(kube, namespace, release), agents_timeout, sleep)
-    running = _labeller_nodes(kube, namespace, release)
-    cleaned |= _clean_nodes(kube, labeller_nodes=running)
-    if running:
+    # operator-managed agent pods leave; then each agent's marks where none of its pods runs.
+    cleaned |= _clean_nodes(kube, agents=None)
+    _wait(lambda: not _agents_by_node(kube, namespace, release), agents_timeout, sleep)
+    running = _agents_by_node(kube, namespace, release)
+    cleaned |= _clean_nodes(kube, agents=running)
+    marked = sorted(f"{node} ({agent})" for node, agents in running.items() for agent in sorted(agents))
+    if marked:
         log.warning(
-            "node-labeller still runs on these nodes (not operator-managed?): its labels stay",
-            extra={"nodes": sorted(running)},
+            "agents still run on these nodes (not operator-managed?): their marks stay", extra={"nodes": marked}
         )
     return CleanupReport(
         tuple(_key(d) for d in dcs),
         tuple(forced),
         tuple(sorted(cleaned)),
-        tuple(sorted(running)),
+        tuple(marked),
         tuple(cut_short),
     )

@@ -9,6 +9,12 @@ from datetime import datetime
 from typing import Literal
 
 from gpuop_common.kube import EventType
+from gpuop_common.nodemeta import (
+    TEST_ANSWER_ANNOTATION,
+    TEST_REQUEST_ANNOTATION,
+    TEST_RESULT_LABEL,
+    TEST_RESULT_TIME_ANNOTATION,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuop_test_runner.parsers import Verdicts
@@ -17,11 +23,10 @@ Outcome = Literal["Passed", "Failed", "TimedOut", "ToolMissing", "Aborted"]
 Trigger = Literal["AUTO_UNHEALTHY_GPU_WATCH", "PRE_START_JOB_CHECK", "MANUAL"]
 GpuVerdict = Literal["passed", "failed"]
 
-PREFIX = "gpuop.dev"
-RESULT_LABEL = f"{PREFIX}/gpu.test-result"
-RESULT_TIME_ANNOTATION = f"{PREFIX}/gpu.test-result-time"
-REQUEST_ANNOTATION = f"{PREFIX}/test-request"
-ANSWER_ANNOTATION = f"{PREFIX}/test-result"
+RESULT_LABEL = TEST_RESULT_LABEL
+RESULT_TIME_ANNOTATION = TEST_RESULT_TIME_ANNOTATION
+REQUEST_ANNOTATION = TEST_REQUEST_ANNOTATION
+ANSWER_ANNOTATION = TEST_ANSWER_ANNOTATION
 
 BAD_REQUEST = "BadRequest"  # reason of a request that named no usable recipe: nothing was tested
 CONFIG_ERROR_EVENT = "TestConfigError"
