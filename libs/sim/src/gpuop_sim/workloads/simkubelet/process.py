@@ -93,6 +93,14 @@ class ContainerProcess:
     def pid(self) -> int | None:
         return self._popen.pid if self._popen else None
 
+    @property
+    def container_id(self) -> str:
+        return f"sim://{self.pid}"
+
+    def start_failure(self) -> str | None:
+        """Why the runtime could not start the process at all; a local process has no such step."""
+        return None
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
