@@ -305,6 +305,7 @@ def test_capability_masks_and_runc_start_errors(tmp_path: Path) -> None:
     log.write_text(
         '{"level":"warning","msg":"a warning","time":"t"}\n'
         "not json\n"
-        '{"level":"error","msg":"runc run failed: exec: \\"/nope\\": stat /nope: no such file or directory"}\n'
+        '{"level":"error",'
+        '"msg":"runc run failed: exec: \\"/nope\\": stat /nope: no such file or directory"}\n'
     )
     assert start_failure(log) == 'runc run failed: exec: "/nope": stat /nope: no such file or directory'

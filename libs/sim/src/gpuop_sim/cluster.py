@@ -37,6 +37,7 @@ from gpuop_sim.shortpaths import short_tmp_dir, untraversable_parent
 from gpuop_sim.workloads.kubeapi import EVENTS, PODS, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
+from gpuop_sim.workloads.simkubelet.imagestore import LocalImages
 from gpuop_sim.workloads.simkubelet.runc import RuncEngine
 from gpuop_sim.workloads.simkubelet.runtime import PODS_MODES, DeviceSource, PodsMode, SimKubelets
 from gpuop_sim.workloads.simkubelet.stub import StubOutcomeFn
@@ -164,6 +165,7 @@ class SimCluster:
         control_plane: bool = True,
         name_prefix: str = "",
         node_monitor_grace_period: float | None = None,
+        image_store: Sequence[str] | None = None,
     ) -> None:
         if pods not in PODS_MODES:
             raise ValueError(f"pods must be one of {', '.join(map(repr, PODS_MODES))}, not {pods!r}")
@@ -198,6 +200,9 @@ class SimCluster:
                 "device_plugins needs node_roots: each node's kubelet sockets live in its own root"
             )
         self._max_grace = max_grace_seconds
+        # Container mode: the podman command (and store options) images come from; None: podman's
+        # vfs store, where `make images` builds them.
+        self._image_store = list(image_store) if image_store is not None else None
         self._scripts_dir = scripts_dir or Path(sys.executable).parent
         if stub_outcome is not None and pods != "stub":
             raise ValueError("stub_outcome needs pods='stub'; process pods run their real programs")
@@ -273,7 +278,8 @@ class SimCluster:
         """What `gpuop-sim join` runs against any cluster, and `serve` against its own."""
         assert self.rest is not None
         if self.pods_mode == "container":
-            self.engine = RuncEngine(self.state_dir / "runc")
+            images = LocalImages(self._image_store) if self._image_store else None
+            self.engine = RuncEngine(self.state_dir / "runc", images)
             for node in self.nodes:
                 hostfakes.install_on_host(node.root)
         runtimes = [self._runtime(node) for node in self.nodes]

@@ -501,6 +501,10 @@ class PodWorker:
             return ContainerProcess(
                 container.argv, container.env, self.pod_dir / "cwd", log_path, container.identity
             )
+        for mount in plan.mounts:
+            # containerd makes a missing bind source (a hostPath without a type) a directory.
+            if not mount.source.exists() and not mount.source.is_symlink():
+                mount.source.mkdir(parents=True, exist_ok=True)
         restart = container.state.restart_count
         bundle = self.pod_dir / "containers" / f"{container.state.name}-{restart}"
         inputs = RuntimeInputs(
