@@ -80,6 +80,11 @@ def pods_of(cluster: SimCluster, name: str) -> list[dict[str, Any]]:
     return cluster.api().list(PODS, NAMESPACE, labelSelector=f"app.kubernetes.io/name={name}")[0]
 
 
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
 def wait(cluster: SimCluster, check: Callable[[], bool], what: str, timeout: float = 300) -> None:
     try:
         cluster.wait_for(check, timeout=timeout, what=what)
@@ -135,11 +140,19 @@ def test_the_labeller_labels_the_node_and_the_exporter_serves_gpu_metrics(cluste
         lambda: any(k.startswith("amd.com/gpu.") for k in api.get(NODES, NODE)["metadata"]["labels"]),
         "the labeller's amd.com/gpu.* labels",
     )
-    pod = pods_of(cluster, "metrics-exporter")[0]
+    wait(
+        cluster,
+        lambda: any(ready(p) for p in pods_of(cluster, "metrics-exporter")),
+        "a Ready metrics exporter (its readiness probe answered)",
+    )
+    pod = next(p for p in pods_of(cluster, "metrics-exporter") if ready(p))
     port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
     url = f"http://{pod['status']['podIP']}:{port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        body = response.read().decode()
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = response.read().decode()
+    except OSError as error:
+        raise AssertionError(f"{url}: {error}\n{cluster.pod_logs_report(NAMESPACE)}") from error
     assert response.status == 200
     assert "gpu_edge_temperature" in body or "gpu_health" in body, body[:2000]
     # kubectl logs reads the same CRI log file the container wrote to.

@@ -171,6 +171,11 @@ class SimCluster:
             raise ValueError(f"pods must be one of {', '.join(map(repr, PODS_MODES))}, not {pods!r}")
         if pods == "container" and os.geteuid() != 0:
             raise ValueError("pods='container' needs root: runc makes namespaces, overlay and bind mounts")
+        missing = [tool for tool in ("runc", "podman") if pods == "container" and shutil.which(tool) is None]
+        if missing:
+            raise ValueError(
+                f"pods='container' needs {' and '.join(missing)} (Debian packages of those names)"
+            )
         if not control_plane and kubeconfig is None:
             raise ValueError("joining an existing cluster (control_plane=False) needs its kubeconfig")
         # True: run the simulated control plane and write its kubeconfig to `kubeconfig`. False: join
