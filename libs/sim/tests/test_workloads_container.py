@@ -6,7 +6,6 @@ USER, so what the containers get comes from the pod and the runtime alone. One c
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -16,7 +15,8 @@ from typing import Any
 
 import pytest
 from gpuop_sim.cluster import SimCluster
-from gpuop_sim.oci import Podman, ensure_tools
+from gpuop_sim.oci import Podman
+from gpuop_sim.oci_fixtures import skip_without_oci_tools
 from gpuop_sim.workloads.kubeapi import CONFIGMAPS, PODS
 
 pytestmark = pytest.mark.slow
@@ -26,11 +26,7 @@ NODE = "cpu-0"
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Podman, str]]:
-    if os.geteuid() != 0:
-        pytest.skip("container mode needs root (runc namespaces, overlay and bind mounts)")
-    missing = ensure_tools()
-    if missing:
-        pytest.skip(f"missing and not installable through apt: {', '.join(missing)}")
+    skip_without_oci_tools()
     # Not under /dev/shm (make test's TMPDIR): podman refuses a run root over 50 characters.
     root = Path(tempfile.mkdtemp(prefix="gpc-", dir="/var/tmp"))
     try:
