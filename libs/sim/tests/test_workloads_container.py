@@ -205,16 +205,19 @@ def test_no_command_and_a_missing_executable_are_the_runtimes_errors(
     assert "/no/such/binary" in terminated["message"]
 
 
-def test_deleting_a_pod_stops_its_container_and_leaves_nothing_in_runc(
+def test_exec_probes_run_inside_and_a_deleted_pod_leaves_nothing_in_runc(
     cluster: SimCluster, store: tuple[Podman, str]
 ) -> None:
     _, image = store
-    script = "trap 'echo got TERM; exit 0' TERM; while :; do busybox sleep 1; done"
-    cluster.api().create(PODS, pod("long", image, script, restartPolicy="Always"), NS)
+    # /ready exists only in the container's own root: the readiness probe must run in there.
+    script = "trap 'echo got TERM; exit 0' TERM; echo > /ready; while :; do busybox sleep 1; done"
+    probe = {"exec": {"command": ["/bin/sh", "-c", "cat /ready"]}, "periodSeconds": 1}
+    long = pod("long", image, script, restartPolicy="Always", container={"readinessProbe": probe})
+    cluster.api().create(PODS, long, NS)
     cluster.wait_for(
-        lambda: "running" in container_status(cluster, "long").get("state", {}),
+        lambda: container_status(cluster, "long").get("ready") is True,
         timeout=120,
-        what="long running",
+        what="long Ready through its exec probe",
     )
     cluster.api().delete(PODS, "long", NS)
     cluster.wait_for(
