@@ -19,10 +19,14 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuop_sim.workloads.objects import Obj, name_of
+from gpuop_sim.workloads.simkubelet.containermode import ContainerPlan, ContainerRun
 from gpuop_sim.workloads.simkubelet.imagestore import LocalImages
+from gpuop_sim.workloads.simkubelet.ocispec import RuntimeInputs, runtime_spec
 from gpuop_sim.workloads.simkubelet.process import ContainerProcess
 
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
@@ -84,6 +88,28 @@ class RuncEngine:
         self, container_id: str, bundle: Path, config: dict[str, Any], lower: Path, log_path: Path
     ) -> RuncContainer:
         return RuncContainer(self, container_id, bundle=bundle, config=config, lower=lower, log_path=log_path)
+
+    def prepare(
+        self, pod: Obj, container: Mapping[str, Any], plan: ContainerPlan, run: ContainerRun
+    ) -> RuncContainer:
+        """The runc container for one run of `container` of `pod` (started by its `start()`)."""
+        for mount in plan.mounts:
+            # containerd makes a missing bind source (a hostPath without a type) a directory.
+            if not mount.source.exists() and not mount.source.is_symlink():
+                mount.source.mkdir(parents=True, exist_ok=True)
+        inputs = RuntimeInputs(
+            args=plan.args,
+            env=run.env,
+            working_dir=plan.working_dir,
+            identity=run.identity,
+            mounts=plan.mounts,
+            rootfs=run.bundle / "rootfs",
+            hostname=name_of(pod),
+            node_capabilities=self.capabilities,
+        )
+        config = runtime_spec(pod, container, inputs)
+        lower = self.images.rootfs(plan.image)
+        return self.container(run.container_id, run.bundle, config, lower, run.log_path)
 
     def exec(self, container_id: str, argv: list[str], timeout: float) -> int:
         """An exec probe: `argv` in the running container, as its own process (user, env, caps)."""

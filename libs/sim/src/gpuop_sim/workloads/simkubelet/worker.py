@@ -27,23 +27,15 @@ from gpuop_sim.crilog import instance_log, pod_dir_name, read_content
 from gpuop_sim.workloads.kubeapi import PODS, SERVICEACCOUNTS, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, meta, name_of, namespace_of, spec_of
 from gpuop_sim.workloads.simkubelet.containermode import (
-    CONTAINER_KUBECONFIG,
     ContainerPlan,
-    container_kubeconfig,
-    image_env,
+    ContainerRun,
+    resolve_image_container,
     runc_id,
-    working_dir,
 )
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
 from gpuop_sim.workloads.simkubelet.identity import RunIdentity, image_user, run_identity
 from gpuop_sim.workloads.simkubelet.incluster import access_files, pod_kubeconfig, service_env, token_request
-from gpuop_sim.workloads.simkubelet.ocispec import (
-    Mount,
-    RuntimeInputs,
-    container_args,
-    runtime_spec,
-    volume_mounts,
-)
+from gpuop_sim.workloads.simkubelet.ocispec import Mount
 from gpuop_sim.workloads.simkubelet.podspec import (
     ContainerConfigError,
     PodContext,
@@ -373,24 +365,20 @@ class PodWorker:
         self, spec: Mapping[str, Any], volumes: Mapping[str, Path], server: str, engine: RuncEngine
     ) -> _Container:
         """A container-mode container: its image from local storage (the pull), run by runc."""
-        pod = self.pod
-        image = engine.images.resolve(str(spec.get("image") or ""), str(spec.get("imagePullPolicy") or ""))
-        args = container_args(image, spec)
-        identity = run_identity(pod, spec, image.user)
-        mounts = volume_mounts(pod, spec, volumes)
+        node = (self.runtime.name, self.runtime.address)
         kubeconfig = self.pod_dir / "kubeconfigs" / str(spec.get("name"))
-        kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-        kubeconfig.write_text(yaml.safe_dump(container_kubeconfig(pod, spec, server), sort_keys=False))
-        kubeconfig.chmod(0o644)
-        mounts.append(Mount(CONTAINER_KUBECONFIG, kubeconfig, readonly=True))
-        # A node's environment is not the container's: it sees the node only through its mounts.
-        ctx = PodContext(self.runtime.name, self.runtime.address, Path(CONTAINER_KUBECONFIG), {})
-        base = {**image_env(image, identity), **service_env(server)}
-        env = build_env(
-            spec, pod, ctx, self._lookup("configmaps"), self._lookup("secrets"), home=identity.home, base=base
+        plan, identity, env = resolve_image_container(
+            self.pod,
+            spec,
+            engine.images,
+            volumes,
+            node=node,
+            server=server,
+            lookup=self._lookup,
+            kubeconfig=kubeconfig,
         )
-        container = self._new_container(spec, args, env, [], identity=identity, program_length=len(args))
-        container.plan = ContainerPlan(image, args, working_dir(spec, image), mounts)
+        container = self._new_container(spec, plan.args, env, [], identity=identity, program_length=0)
+        container.plan = plan
         return container
 
     def _new_container(
@@ -501,26 +489,18 @@ class PodWorker:
             return ContainerProcess(
                 container.argv, container.env, self.pod_dir / "cwd", log_path, container.identity
             )
-        for mount in plan.mounts:
-            # containerd makes a missing bind source (a hostPath without a type) a directory.
-            if not mount.source.exists() and not mount.source.is_symlink():
-                mount.source.mkdir(parents=True, exist_ok=True)
         restart = container.state.restart_count
-        bundle = self.pod_dir / "containers" / f"{container.state.name}-{restart}"
-        inputs = RuntimeInputs(
-            args=plan.args,
-            env=container.env,
-            working_dir=plan.working_dir,
-            identity=container.identity,
-            mounts=plan.mounts,
-            rootfs=bundle / "rootfs",
-            hostname=name_of(self.pod),
-            node_capabilities=engine.capabilities,
-        )
-        config = runtime_spec(self.pod, container.spec, inputs)
-        lower = engine.images.rootfs(plan.image)
-        return engine.container(
-            runc_id(self.uid, container.state.name, restart), bundle, config, lower, log_path
+        return engine.prepare(
+            self.pod,
+            container.spec,
+            plan,
+            ContainerRun(
+                env=container.env,
+                identity=container.identity,
+                bundle=self.pod_dir / "containers" / f"{container.state.name}-{restart}",
+                container_id=runc_id(self.uid, container.state.name, restart),
+                log_path=log_path,
+            ),
         )
 
     def _container_exited(
