@@ -10,6 +10,8 @@ labeller's labels, and the exporter serves GPU metrics. One cluster, tests in fi
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -114,6 +116,7 @@ def test_the_driver_job_runs_its_playbook_in_a_container_against_the_host_root(c
 
 def test_agents_run_from_their_images_and_the_node_offers_eight_gpus(cluster: SimCluster) -> None:
     api = cluster.api()
+    uids: dict[str, int] = {}
     wait(
         cluster,
         lambda: api.get(NODES, NODE)["status"].get("allocatable", {}).get("amd.com/gpu") == "8",
@@ -131,6 +134,30 @@ def test_agents_run_from_their_images_and_the_node_offers_eight_gpus(cluster: Si
         status = pod["status"]["containerStatuses"][0]
         assert status["containerID"].startswith("runc://"), (agent, status)
         assert status["image"] == f"gpuop/gpuop-{agent}:{(ROOT / 'VERSION').read_text().strip()}"
+    # The labeller's chart sets no user: the image's USER. The device plugin's sets runAsUser 0.
+    for agent, uid in (("node-labeller", 65532), ("device-plugin", 0)):
+        wait(cluster, lambda agent=agent: record_uid(cluster, agent, uids), f"the {agent} process's uid")
+        assert uids[agent] == uid, uids
+
+
+def record_uid(cluster: SimCluster, agent: str, uids: dict[str, int]) -> bool:
+    """The real uid of the agent's running container process, as the kernel has it (False while
+    no container of a Running pod is there: a DaemonSet rollout may be replacing it)."""
+    for pod in pods_of(cluster, agent):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            runc_id = str(status.get("containerID", "")).removeprefix("runc://")
+            state = subprocess.run(
+                ["runc", "--root", str(cluster.state_dir / "runc"), "state", runc_id],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if state.returncode == 0 and json.loads(state.stdout)["status"] == "running":
+                status_file = Path(f"/proc/{json.loads(state.stdout)['pid']}/status").read_text()
+                uid_line = next(line for line in status_file.splitlines() if line.startswith("Uid:"))
+                uids[agent] = int(uid_line.split()[1])
+                return True
+    return False
 
 
 def test_the_labeller_labels_the_node_and_the_exporter_serves_gpu_metrics(cluster: SimCluster) -> None:
