@@ -159,30 +159,55 @@ def test_host_pid_and_privileged_reach_the_node(cluster: SimCluster, store: tupl
     assert f"CapEff:\t{own.split()[1]}" in log  # privileged root: every capability the node has
 
 
-@pytest.mark.parametrize(
-    ("policy", "reason", "says"),
-    [
-        ("IfNotPresent", "ErrImagePull", 'Failed to pull image "gpuop/not-built:1"'),
-        (
-            "Never",
-            "ErrImageNeverPull",
-            'Container image "gpuop/not-built:1" is not present with pull policy of Never',
-        ),
-    ],
-)
-def test_an_image_not_in_local_storage_is_not_pulled(
-    cluster: SimCluster, policy: str, reason: str, says: str
+def test_a_missing_image_backs_off_and_the_pod_starts_once_the_image_is_built(
+    cluster: SimCluster, store: tuple[Podman, str]
 ) -> None:
-    name = f"pull-{policy.lower()}"
-    cluster.api().create(
-        PODS, pod(name, "gpuop/not-built:1", "true", container={"imagePullPolicy": policy}), NS
-    )
-    cluster.wait_for(
-        lambda: container_status(cluster, name).get("state", {}).get("waiting", {}).get("reason") == reason,
+    podman, image = store
+    late = "localhost/gpuop-late:1"
+    cluster.api().create(PODS, pod("late", late, "echo started"), NS)
+    events = cluster.wait_for_events(
+        NS,
+        lambda found: any(e["reason"] == "Failed" and "late" in e["involvedObject"]["name"] for e in found),
         timeout=120,
-        what=f"{name} waiting with {reason}",
+        what="the Failed event of the first pull",
     )
-    assert says in container_status(cluster, name)["state"]["waiting"]["message"]
+    failed = next(e for e in events if e["reason"] == "Failed" and e["involvedObject"]["name"] == "late")
+    assert failed["message"].startswith(f'Failed to pull image "{late}": '), failed["message"]
+    assert "image not known" in failed["message"]  # podman's own words
+    cluster.wait_for(
+        lambda: (
+            container_status(cluster, "late").get("state", {}).get("waiting", {}).get("reason")
+            == "ImagePullBackOff"
+        ),
+        timeout=120,
+        what="late in ImagePullBackOff",
+    )
+    waiting = container_status(cluster, "late")["state"]["waiting"]
+    assert waiting["message"] == f'Back-off pulling image "{late}"'
+    assert cluster.api().get(PODS, "late", NS)["status"]["phase"] == "Pending"  # retried, not given up
+    # The image appears in local storage (a build, here a tag): the next pull finds it.
+    subprocess.run(podman.command("tag", image, late), check=True, capture_output=True)
+    cluster.wait_for(
+        lambda: cluster.api().get(PODS, "late", NS)["status"]["phase"] == "Succeeded",
+        timeout=120,
+        what="late Succeeded once its image is there",
+    )
+    assert "started" in cluster.pod_log(NS, "late", "main")
+
+
+def test_pull_policy_never_does_not_pull(cluster: SimCluster) -> None:
+    spec = pod("never", "gpuop/not-built:1", "true", container={"imagePullPolicy": "Never"})
+    cluster.api().create(PODS, spec, NS)
+    cluster.wait_for(
+        lambda: (
+            container_status(cluster, "never").get("state", {}).get("waiting", {}).get("reason")
+            == "ErrImageNeverPull"
+        ),
+        timeout=120,
+        what="never waiting with ErrImageNeverPull",
+    )
+    message = container_status(cluster, "never")["state"]["waiting"]["message"]
+    assert message == 'Container image "gpuop/not-built:1" is not present with pull policy of Never'
 
 
 def test_no_command_and_a_missing_executable_are_the_runtimes_errors(

@@ -230,12 +230,21 @@ class PodWorker:
             self._handle_reboots()
 
     def _prepare_until_ready(self) -> None:
-        """Resolve the containers; config errors are retried, an unknown image fails the pod."""
+        """Resolve the containers; config errors are retried, an unknown image fails the pod
+        (process mode) or is pulled again with back-off (container mode, as a node does)."""
+        failed_pulls = 0
         while not self._stop.is_set():
+            retry_in = 1.0
             try:
                 self._prepare()
                 return
-            except ContainerConfigError as error:
+            except ContainerConfigError as raised:
+                error = raised
+                if self.runtime.engine is not None and error.reason == "ErrImagePull":
+                    failed_pulls += 1
+                    retry_in = pull_backoff(failed_pulls)
+                    if failed_pulls > 1:
+                        error = image_pull_backoff(self.pod, error)
                 self._report_config_error(error)
                 states = [
                     ContainerState(
@@ -243,7 +252,7 @@ class PodWorker:
                     )
                     for c in spec_of(self.pod).get("containers") or []
                 ]
-                if error.reason in _TERMINAL_REASONS:
+                if error.reason in _TERMINAL_REASONS and not failed_pulls:
                     self._patch(
                         pod_status(
                             "Failed",
@@ -267,7 +276,7 @@ class PodWorker:
                     qos_class=qos_class_of(self.pod),
                 )
                 self._patch(pending)
-                for _ in range(int(1.0 / _TICK)):
+                for _ in range(int(retry_in / _TICK)):
                     self._handle_reboots()  # nothing runs yet: acknowledge at once
                     if self._stop.wait(_TICK):
                         break
@@ -734,6 +743,25 @@ class PodWorker:
             except Exception as error:
                 if not is_status(error, 404, 409):
                     log.warning("pod %s: final delete failed (%s)", name_of(self.pod), error)
+
+
+def pull_backoff(failed_pulls: int) -> float:
+    """Seconds to the next pull of a missing image (a kubelet: 10 s doubling to 300 s; here 1 s
+    doubling to 8 s, so a pod whose image is built meanwhile starts soon)."""
+    return float(min(2 ** (failed_pulls - 1), 8))
+
+
+def image_pull_backoff(pod: Obj, error: ContainerConfigError) -> ContainerConfigError:
+    """The waiting reason between pulls of a missing image: `ImagePullBackOff`."""
+    image = next(
+        (
+            str(c.get("image"))
+            for c in spec_of(pod).get("containers") or []
+            if c.get("name") == error.container
+        ),
+        "",
+    )
+    return ContainerConfigError("ImagePullBackOff", f'Back-off pulling image "{image}"', error.container)
 
 
 def status_error_message(error: Exception) -> str:
