@@ -34,6 +34,7 @@ from typing import Any
 from gpuop_sim.cluster import SimCluster
 from gpuop_sim.nodes import PROFILES, faults
 from gpuop_sim.workloads.simkubelet.heartbeat import RENEW_INTERVAL
+from gpuop_sim.workloads.simkubelet.runtime import PODS_MODES
 
 KNOWN_PROFILES = tuple(PROFILES)
 
@@ -95,9 +96,10 @@ def add_node_arguments(parser: argparse.ArgumentParser, *, amd_default: int, nvi
     )
     parser.add_argument(
         "--pods",
-        choices=("process", "stub"),
+        choices=PODS_MODES,
         default="process",
-        help="process: run pods as local processes; stub: only report them Running (scale tests)",
+        help="process: run pods as local processes; container: run each container from its image "
+        "with runc (root; images in local container storage); stub: only report them Running",
     )
     parser.add_argument(
         "--no-driver",

@@ -37,7 +37,9 @@ from gpuop_sim.shortpaths import short_tmp_dir, untraversable_parent
 from gpuop_sim.workloads.kubeapi import EVENTS, PODS, KubeRest, Resource
 from gpuop_sim.workloads.manager import ControllerManager
 from gpuop_sim.workloads.objects import Obj
-from gpuop_sim.workloads.simkubelet.runtime import DeviceSource, PodsMode, SimKubelets
+from gpuop_sim.workloads.simkubelet.imagestore import LocalImages
+from gpuop_sim.workloads.simkubelet.runc import RuncEngine
+from gpuop_sim.workloads.simkubelet.runtime import PODS_MODES, DeviceSource, PodsMode, SimKubelets
 from gpuop_sim.workloads.simkubelet.stub import StubOutcomeFn
 from gpuop_sim.workloads.simkubelet.worker import NodeRuntime
 
@@ -163,9 +165,17 @@ class SimCluster:
         control_plane: bool = True,
         name_prefix: str = "",
         node_monitor_grace_period: float | None = None,
+        image_store: Sequence[str] | None = None,
     ) -> None:
-        if pods not in ("process", "stub"):
-            raise ValueError(f"pods must be 'process' or 'stub', not {pods!r}")
+        if pods not in PODS_MODES:
+            raise ValueError(f"pods must be one of {', '.join(map(repr, PODS_MODES))}, not {pods!r}")
+        if pods == "container" and os.geteuid() != 0:
+            raise ValueError("pods='container' needs root: runc makes namespaces, overlay and bind mounts")
+        missing = [tool for tool in ("runc", "podman") if pods == "container" and shutil.which(tool) is None]
+        if missing:
+            raise ValueError(
+                f"pods='container' needs {' and '.join(missing)} (Debian packages of those names)"
+            )
         if not control_plane and kubeconfig is None:
             raise ValueError("joining an existing cluster (control_plane=False) needs its kubeconfig")
         # True: run the simulated control plane and write its kubeconfig to `kubeconfig`. False: join
@@ -185,15 +195,19 @@ class SimCluster:
         self._image_commands = dict(image_commands or {})
         # Device plugins need one kubelet emulator (gRPC servers) per node: on by default only where
         # pods really run; 1,000 stub nodes would not afford them.
-        self._device_plugins = (pods == "process") if device_plugins is None else device_plugins
+        runs_pods = pods != "stub"
+        self._device_plugins = runs_pods if device_plugins is None else device_plugins
         # Each node's own host root matters only where agents really read it; stub nodes of one
         # profile share a single root (laying 1,000 roots costs over a minute, deleting them more).
-        self._node_roots = (pods == "process") if node_roots is None else node_roots
+        self._node_roots = runs_pods if node_roots is None else node_roots
         if self._device_plugins and not self._node_roots:
             raise ValueError(
                 "device_plugins needs node_roots: each node's kubelet sockets live in its own root"
             )
         self._max_grace = max_grace_seconds
+        # Container mode: the podman command (and store options) images come from; None: podman's
+        # vfs store, where `make images` builds them.
+        self._image_store = list(image_store) if image_store is not None else None
         self._scripts_dir = scripts_dir or Path(sys.executable).parent
         if stub_outcome is not None and pods != "stub":
             raise ValueError("stub_outcome needs pods='stub'; process pods run their real programs")
@@ -209,6 +223,7 @@ class SimCluster:
         self.rest: KubeRest | None = None
         self.controllers: ControllerManager | None = None
         self.kubelets: SimKubelets | None = None
+        self.engine: RuncEngine | None = None  # container mode's runc and image store
 
     def _check_reachable_by_containers(self) -> None:
         """Process containers run as their image's user: refuse a state dir, kubeconfig or Python
@@ -267,6 +282,11 @@ class SimCluster:
     def _start_node_side(self) -> None:
         """What `gpuop-sim join` runs against any cluster, and `serve` against its own."""
         assert self.rest is not None
+        if self.pods_mode == "container":
+            images = LocalImages(self._image_store) if self._image_store else None
+            self.engine = RuncEngine(self.state_dir / "runc", images)
+            for node in self.nodes:
+                hostfakes.install_on_host(node.root)
         runtimes = [self._runtime(node) for node in self.nodes]
         self.kubelets = SimKubelets(
             self.rest,
@@ -325,6 +345,7 @@ class SimCluster:
             pods_dir=self.state_dir / "pods" / node.name,
             image_commands=self._image_commands,
             max_grace_seconds=self._max_grace,
+            engine=self.engine,
         )
 
     def stop(self) -> None:
@@ -338,6 +359,9 @@ class SimCluster:
         if self.kubelets is not None:
             self.kubelets.stop()
             self.kubelets = None
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
         if self.controllers is not None:
             self.controllers.stop()
             self.controllers = None

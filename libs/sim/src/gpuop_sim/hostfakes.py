@@ -102,6 +102,34 @@ def host_exec_for(root: Path) -> str:
     return shlex.join([sys.executable, "-m", "gpuop_sim.hostfakes", "--root", str(root)])
 
 
+# Where a container-mode node carries these fakes on its own root, and the modules they need.
+ON_HOST_DIR = "usr/lib/gpuop-sim"
+_ON_HOST_MODULES = (
+    "__init__.py",
+    "hostfakes.py",
+    "drivertree.py",
+    "faultstate.py",
+    "gpuholders.py",
+    "jsonfile.py",
+)
+# `host_exec` for a container that has the node's root at {host_root} (a driver Job's /host) and a
+# python3 of its own: the fakes run from the node's root against it, as `chroot /host` would run the
+# host's own tools. (A simulated MI300X's partition writes need more of gpuop_sim: not carried.)
+CONTAINER_HOST_EXEC = (
+    f"env PYTHONPATH={{host_root}}/{ON_HOST_DIR} python3 -m gpuop_sim.hostfakes --root {{host_root}}"
+)
+
+
+def install_on_host(root: Path) -> Path:
+    """Copy these fakes (stdlib only) onto a node root for CONTAINER_HOST_EXEC; returns the dir."""
+    package = root / ON_HOST_DIR / "gpuop_sim"
+    package.mkdir(parents=True, exist_ok=True)
+    here = Path(__file__).parent
+    for module in _ON_HOST_MODULES:
+        shutil.copyfile(here / module, package / module)
+    return package
+
+
 def recorded(root: Path) -> list[list[str]]:
     """Every command run so far, in order (argv without the `host_exec` prefix)."""
     log = root / LOG

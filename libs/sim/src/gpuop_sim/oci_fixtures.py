@@ -16,16 +16,21 @@ import pytest
 
 from gpuop_sim.oci import CdiHost, CdiJudge, Podman, ensure_tools
 
-__all__ = ["cdi_judge"]
+__all__ = ["cdi_judge", "skip_without_oci_tools"]
 
 
-@pytest.fixture
-def cdi_judge(tmp_path: Path) -> Iterator[CdiJudge]:
+def skip_without_oci_tools() -> None:
+    """Skip, naming why, where podman and runc cannot run: not root, or not installable."""
     if os.geteuid() != 0:
         pytest.skip("podman with runc needs root here (mount namespaces, mknod, cgroups)")
     missing = ensure_tools()
     if missing:
         pytest.skip(f"missing and not installable through apt: {', '.join(missing)}")
+
+
+@pytest.fixture
+def cdi_judge(tmp_path: Path) -> Iterator[CdiJudge]:
+    skip_without_oci_tools()
     # podman refuses a run root over 50 characters; and the store must not sit under /dev (as
     # `make test`'s /dev/shm temp dir does): the judge lays an overlay over /dev, which hides
     # the /dev/shm mount and with it the imported image.

@@ -151,18 +151,19 @@ def build_env(
     secrets: Mapping[str, Obj],
     *,
     home: str = "/root",
+    base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Container env: node env, then envFrom, then env entries, then the sim's injected variables.
 
     Later entries win, so the injected NODE_NAME/GPUOP_* values always describe the simulated node.
-    `home` is the HOME the runtime gives the container's user.
+    `home` is the HOME the runtime gives the container's user. `base`, when given, replaces what a
+    process-mode container starts from (PATH, HOME, the node env): a real image's Env.
     """
     namespace = str(meta(pod).get("namespace") or "default")
     # What the image and the runtime give every container before the pod's own env: a PATH (the
     # image's, here the interpreter's bin dir where the console scripts live, then the runtime's
     # default) and HOME. Tools a container runs (a shell, ansible's `mkdir`) are found through it.
-    env: dict[str, str] = {"PATH": IMAGE_PATH, "HOME": home}
-    env.update(ctx.node_env)
+    env: dict[str, str] = {"PATH": IMAGE_PATH, "HOME": home, **ctx.node_env} if base is None else dict(base)
     for source in container.get("envFrom") or []:
         prefix = str(source.get("prefix") or "")
         for field_name, kind, objects in (

@@ -93,6 +93,14 @@ class ContainerProcess:
     def pid(self) -> int | None:
         return self._popen.pid if self._popen else None
 
+    @property
+    def container_id(self) -> str:
+        return f"sim://{self.pid}"
+
+    def start_failure(self) -> str | None:
+        """Why the runtime could not start the process at all; a local process has no such step."""
+        return None
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
@@ -126,10 +134,8 @@ class ContainerProcess:
         if self._popen is None:
             return None
         code = self._popen.poll()
-        if code is not None and not self._drained:
-            for reader in self._readers:
-                reader.join(_DRAIN_SECONDS)
-            self._drained = True
+        if code is not None:
+            self._drain()
         return code
 
     def stop(self, grace_seconds: float) -> int | None:
@@ -145,7 +151,14 @@ class ContainerProcess:
                 self._popen.wait(timeout=5)
         # Reap any grandchildren the container left in its group.
         self._signal(signal.SIGKILL)
+        self._drain()  # what it wrote on its way out is in the log before the pod can go
         return self._popen.returncode
+
+    def _drain(self) -> None:
+        if not self._drained:
+            for reader in self._readers:
+                reader.join(_DRAIN_SECONDS)
+            self._drained = True
 
     def _signal(self, sig: signal.Signals) -> None:
         if self._popen is None:

@@ -1,6 +1,7 @@
 """SimKubelets: the kubelets of every simulated node, behind one pod watch.
 
-`process` nodes run each bound pod through a PodWorker (real local processes); `stub` nodes only write
+`process` nodes run each bound pod through a PodWorker (real local processes), `container` nodes
+the same PodWorker with runc running each container from its image; `stub` nodes only write
 Running/Ready statuses. Either way each node reports Ready, loses its not-ready taint, and, when given
 a device source (the node's kubelet emulator), publishes the extended resources its device plugins
 register.
@@ -41,7 +42,8 @@ from gpuop_sim.workloads.simkubelet.worker import NodeRuntime, PodWorker, utc_no
 
 log = logging.getLogger(__name__)
 
-PodsMode = Literal["process", "stub"]
+PodsMode = Literal["process", "container", "stub"]
+PODS_MODES: tuple[PodsMode, ...] = ("process", "container", "stub")
 
 
 class DeviceSource(DeviceAllocator, Protocol):
@@ -72,7 +74,7 @@ class SimKubelets:
         self.device_sources: dict[str, DeviceSource] = {}
         self.pods = Informer(rest, PODS)
         self._objects: dict[str, Informer] = {}
-        if mode == "process":
+        if mode != "stub":
             self._objects = {"configmaps": Informer(rest, CONFIGMAPS), "secrets": Informer(rest, SECRETS)}
         self._workers: dict[str, PodWorker] = {}
         self._node_up = {n.name: threading.Event() for n in nodes}

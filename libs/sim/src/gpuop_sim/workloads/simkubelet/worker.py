@@ -26,9 +26,16 @@ from gpuop_common.kube import EventRecorder, EventType, ObjectRef
 from gpuop_sim.crilog import instance_log, pod_dir_name, read_content
 from gpuop_sim.workloads.kubeapi import PODS, SERVICEACCOUNTS, KubeRest, is_status
 from gpuop_sim.workloads.objects import Obj, meta, name_of, namespace_of, spec_of
+from gpuop_sim.workloads.simkubelet.containermode import (
+    ContainerPlan,
+    ContainerRun,
+    resolve_image_container,
+    runc_id,
+)
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
 from gpuop_sim.workloads.simkubelet.identity import RunIdentity, image_user, run_identity
 from gpuop_sim.workloads.simkubelet.incluster import access_files, pod_kubeconfig, service_env, token_request
+from gpuop_sim.workloads.simkubelet.ocispec import Mount
 from gpuop_sim.workloads.simkubelet.podspec import (
     ContainerConfigError,
     PodContext,
@@ -47,6 +54,7 @@ from gpuop_sim.workloads.simkubelet.probestate import (
     container_probe_timings,
 )
 from gpuop_sim.workloads.simkubelet.process import ContainerProcess, container_argv
+from gpuop_sim.workloads.simkubelet.runc import START_ERROR_CODE, RuncContainer, RuncEngine
 from gpuop_sim.workloads.simkubelet.status import ContainerState, comparable, pod_status, qos_class_of
 from gpuop_sim.workloads.simkubelet.termination import (
     TerminationSpecError,
@@ -76,6 +84,14 @@ def utc_now() -> str:
 
 # Waiting reasons after which the kubelet gives the pod up instead of retrying.
 _TERMINAL_REASONS = ("ErrImagePull", "UnexpectedAdmissionError")
+# Waiting reasons the kubelet posts a `Failed` Event for.
+_FAILED_EVENT_REASONS = (
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "ErrImagePull",
+    "ErrImageNeverPull",
+    "RunContainerError",
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,8 @@ class NodeRuntime:
     pods_dir: Path
     image_commands: Mapping[str, list[str]] = field(default_factory=dict)
     max_grace_seconds: float = 3.0
+    # Container mode: runc runs each container from its image; None: process mode.
+    engine: RuncEngine | None = None
 
 
 @dataclass
@@ -105,6 +123,8 @@ class _Container:
     termination_file: Path  # the host file behind the container's terminationMessagePath
     termination_policy: str
     identity: RunIdentity
+    own_args_from: int = 0  # argv[own_args_from:] came from the pod (process mode rewrites paths there)
+    plan: ContainerPlan | None = None  # container mode: the image, args and mounts
     process: ContainerProcess | None = None
     probes: ContainerProbes | None = None  # this run's probe counters; a restart starts new ones
     restart_at: float = 0.0
@@ -210,12 +230,21 @@ class PodWorker:
             self._handle_reboots()
 
     def _prepare_until_ready(self) -> None:
-        """Resolve the containers; config errors are retried, an unknown image fails the pod."""
+        """Resolve the containers; config errors are retried, an unknown image fails the pod
+        (process mode) or is pulled again with back-off (container mode, as a node does)."""
+        failed_pulls = 0
         while not self._stop.is_set():
+            retry_in = 1.0
             try:
                 self._prepare()
                 return
-            except ContainerConfigError as error:
+            except ContainerConfigError as raised:
+                error = raised
+                if self.runtime.engine is not None and error.reason == "ErrImagePull":
+                    failed_pulls += 1
+                    retry_in = pull_backoff(failed_pulls)
+                    if failed_pulls > 1:
+                        error = image_pull_backoff(self.pod, error)
                 self._report_config_error(error)
                 states = [
                     ContainerState(
@@ -223,7 +252,7 @@ class PodWorker:
                     )
                     for c in spec_of(self.pod).get("containers") or []
                 ]
-                if error.reason in _TERMINAL_REASONS:
+                if error.reason in _TERMINAL_REASONS and not failed_pulls:
                     self._patch(
                         pod_status(
                             "Failed",
@@ -247,7 +276,7 @@ class PodWorker:
                     qos_class=qos_class_of(self.pod),
                 )
                 self._patch(pending)
-                for _ in range(int(1.0 / _TICK)):
+                for _ in range(int(retry_in / _TICK)):
                     self._handle_reboots()  # nothing runs yet: acknowledge at once
                     if self._stop.wait(_TICK):
                         break
@@ -261,39 +290,32 @@ class PodWorker:
             self._config_error_reported = error.message
             self._event("", "Warning", "FailedMount", error.message)
             return
-        if error.reason not in ("CreateContainerConfigError", "ErrImagePull", "RunContainerError"):
+        if error.reason not in _FAILED_EVENT_REASONS:
             return
         self._config_error_reported = error.message
         containers = [str(c.get("name")) for c in spec_of(self.pod).get("containers") or []]
         # An image pull failure says so itself ("Failed to pull image ..."), as the kubelet's Event.
-        message = error.message if error.reason == "ErrImagePull" else f"Error: {error.message}"
+        own = ("ErrImagePull", "ErrImageNeverPull")
+        message = error.message if error.reason in own else f"Error: {error.message}"
         self._event(error.container or containers[0], "Warning", "Failed", message)
 
     def _prepare(self) -> None:
         pod = self.pod
-        configmaps, secrets = self._lookup("configmaps"), self._lookup("secrets")
         volumes = volume_dirs(pod, self.runtime.root, self.pod_dir)
         self._refresh_volumes(force=True)
         server = str(self.rest.api_client.configuration.host)
-        ctx = PodContext(
-            self.runtime.name, self.runtime.address, self._write_kubeconfig(volumes, server), self.runtime.env
-        )
         specs = list(spec_of(pod).get("containers") or [])
         # Everything that can fail and be retried comes before device admission, which must not repeat.
         resolved = []
         for spec in specs:
             where = f"spec.containers[{spec.get('name')}]"
             try:
-                mounts = container_mounts(spec, volumes)
-                command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
-                identity = run_identity(pod, spec, image_user(str(spec.get("image") or "")))
-                # The Service variables first: the pod's own env may override them, as on a kubelet.
-                env = {
-                    **service_env(server),
-                    **build_env(spec, pod, ctx, configmaps, secrets, home=identity.home),
-                }
-                timings = container_probe_timings(spec, where)
-                termination = (message_path(spec, where), message_policy(spec, where))
+                if self.runtime.engine is None:
+                    container = self._resolve_process(spec, volumes, server)
+                else:
+                    container = self._resolve_image(spec, volumes, server, self.runtime.engine)
+                container.timings = container_probe_timings(spec, where)
+                path, policy = message_path(spec, where), message_policy(spec, where)
             except ContainerConfigError as error:
                 error.container = str(spec.get("name") or "")
                 raise
@@ -301,36 +323,97 @@ class PodWorker:
                 raise ContainerConfigError(
                     "CreateContainerConfigError", str(error), str(spec.get("name") or "")
                 ) from error
-            resolved.append((spec, mounts, command, env, timings, termination, identity))
+            resolved.append((container, path, policy))
         granted = admit_devices(self._devices, self.runtime.root, (namespace_of(pod), name_of(pod)), specs)
         self._allocated = granted is not None
-        containers = []
-        for spec, volume_mounts, command, env, timings, (term_path, term_policy), identity in resolved:
-            name = str(spec.get("name") or "")
+        for container, term_path, term_policy in resolved:
+            name = container.state.name
             grant = (granted or {}).get(name)
-            term_file = self.pod_dir / "termination" / name / "termination-log"
-            mounts = [*volume_mounts, (term_path, term_file)]
+            container.termination_file = self.pod_dir / "termination" / name / "termination-log"
+            container.termination_policy = term_policy
+            extra = [(term_path, container.termination_file)]
             if grant is not None:
-                env.update(grant.env)
-                mounts += grant.mounts
-            mounts = sorted(mounts, key=lambda m: len(m[0]), reverse=True)
-            containers.append(
-                _Container(
-                    spec=spec,
-                    argv=[*command.program, *(rewrite_path(a, mounts) for a in command.args)],
-                    env={
-                        k: rewrite_path(v, mounts) if k in _own_env_names(spec) else v for k, v in env.items()
-                    },
-                    mounts=mounts,
-                    state=ContainerState(name, str(spec.get("image") or "")),
-                    log_dir=self.pod_dir / "logs" / name,
-                    timings=timings,
-                    termination_file=term_file,
-                    termination_policy=term_policy,
-                    identity=identity,
-                )
-            )
-        self._containers = containers
+                container.env.update(grant.env)
+                extra += grant.mounts
+            if container.plan is not None:
+                container.plan.mounts.extend(Mount(path, host) for path, host in extra)
+                continue
+            mounts = sorted([*container.mounts, *extra], key=lambda m: len(m[0]), reverse=True)
+            container.mounts = mounts
+            own = _own_env_names(container.spec)
+            cut = container.own_args_from
+            container.argv = [*container.argv[:cut], *(rewrite_path(a, mounts) for a in container.argv[cut:])]
+            container.env = {k: rewrite_path(v, mounts) if k in own else v for k, v in container.env.items()}
+        self._containers = [container for container, _, _ in resolved]
+
+    def _resolve_process(
+        self, spec: Mapping[str, Any], volumes: Mapping[str, Path], server: str
+    ) -> _Container:
+        """A process-mode container: the image's console script here, container paths rewritten."""
+        pod = self.pod
+        ctx = PodContext(
+            self.runtime.name, self.runtime.address, self._write_kubeconfig(volumes, server), self.runtime.env
+        )
+        mounts = container_mounts(spec, volumes)
+        command = resolve_argv(spec, self.runtime.scripts_dir, self.runtime.image_commands)
+        identity = run_identity(pod, spec, image_user(str(spec.get("image") or "")))
+        # The Service variables first: the pod's own env may override them, as on a kubelet.
+        env = {
+            **service_env(server),
+            **build_env(
+                spec, pod, ctx, self._lookup("configmaps"), self._lookup("secrets"), home=identity.home
+            ),
+        }
+        # The program runs as is; only the pod's own args may name container paths (rewritten later).
+        argv = [*command.program, *command.args]
+        return self._new_container(
+            spec, argv, env, mounts, identity=identity, program_length=len(command.program)
+        )
+
+    def _resolve_image(
+        self, spec: Mapping[str, Any], volumes: Mapping[str, Path], server: str, engine: RuncEngine
+    ) -> _Container:
+        """A container-mode container: its image from local storage (the pull), run by runc."""
+        node = (self.runtime.name, self.runtime.address)
+        kubeconfig = self.pod_dir / "kubeconfigs" / str(spec.get("name"))
+        plan, identity, env = resolve_image_container(
+            self.pod,
+            spec,
+            engine.images,
+            volumes,
+            node=node,
+            server=server,
+            lookup=self._lookup,
+            kubeconfig=kubeconfig,
+        )
+        container = self._new_container(spec, plan.args, env, [], identity=identity, program_length=0)
+        container.plan = plan
+        return container
+
+    def _new_container(
+        self,
+        spec: Mapping[str, Any],
+        argv: list[str],
+        env: dict[str, str],
+        mounts: list[tuple[str, Path]],
+        *,
+        identity: RunIdentity,
+        program_length: int,
+    ) -> _Container:
+        name = str(spec.get("name") or "")
+        return _Container(
+            spec=spec,
+            argv=argv,
+            env=env,
+            mounts=mounts,
+            state=ContainerState(name, str(spec.get("image") or "")),
+            log_dir=self.pod_dir / "logs" / name,
+            timings={},
+            termination_file=Path(),
+            termination_policy="File",
+            identity=identity,
+            own_args_from=program_length,
+        )
 
     def _refresh_volumes(self, *, force: bool = False) -> None:
         dirs = volume_dirs(self.pod, self.runtime.root, self.pod_dir)
@@ -376,6 +459,13 @@ class PodWorker:
             if code is None:
                 self._probe(container, now)
                 continue
+            failure = container.process.start_failure()
+            if failure is not None:
+                # The runtime never started the process: the CRI's StartError, exit code 128.
+                self._container_exited(
+                    container, START_ERROR_CODE, policy, now, reason="StartError", message=failure
+                )
+                continue
             self._container_exited(container, code, policy, now)
         self._report("Running")
 
@@ -386,12 +476,10 @@ class PodWorker:
         container.termination_file.write_bytes(b"")
         # Writable whoever the container runs as, as the kubelet makes it (0666).
         container.termination_file.chmod(0o666)
-        process = ContainerProcess(
-            container.argv, container.env, self.pod_dir / "cwd", log_path, container.identity
-        )
         try:
+            process = self._new_process(container, log_path)
             process.start()
-        except OSError as error:
+        except (OSError, ContainerConfigError) as error:
             container.state.state, container.state.reason = "waiting", "RunContainerError"
             container.state.message = str(error)
             container.restart_at = time.monotonic() + _MAX_BACKOFF
@@ -400,12 +488,39 @@ class PodWorker:
         state = container.state
         state.state, state.reason, state.message = "running", "", ""
         state.started_at = utc_now()
-        state.container_id = f"sim://{process.pid}"
+        state.container_id = process.container_id
         container.probes = ContainerProbes.begin(container.timings, process.started_at)
         state.started, state.ready = container.probes.started, container.probes.ready
 
+    def _new_process(self, container: _Container, log_path: Path) -> ContainerProcess:
+        engine, plan = self.runtime.engine, container.plan
+        if engine is None or plan is None:
+            return ContainerProcess(
+                container.argv, container.env, self.pod_dir / "cwd", log_path, container.identity
+            )
+        restart = container.state.restart_count
+        return engine.prepare(
+            self.pod,
+            container.spec,
+            plan,
+            ContainerRun(
+                env=container.env,
+                identity=container.identity,
+                bundle=self.pod_dir / "containers" / f"{container.state.name}-{restart}",
+                container_id=runc_id(self.uid, container.state.name, restart),
+                log_path=log_path,
+            ),
+        )
+
     def _container_exited(
-        self, container: _Container, code: int, policy: str, now: float, *, reason: str = ""
+        self,
+        container: _Container,
+        code: int,
+        policy: str,
+        now: float,
+        *,
+        reason: str = "",
+        message: str | None = None,
     ) -> None:
         state = container.state
         container.process = None
@@ -415,7 +530,8 @@ class PodWorker:
         state.finished_at = utc_now()
         reason = reason or ("Completed" if code == 0 else "Error")
         log_text = read_content(instance_log(container.log_dir, state.restart_count))
-        message = read_message(container.termination_file, container.termination_policy, code, log_text)
+        if message is None:
+            message = read_message(container.termination_file, container.termination_policy, code, log_text)
         restart = policy == "Always" or (policy == "OnFailure" and code != 0)
         if not restart:
             state.state, state.reason, state.message = "terminated", reason, message
@@ -524,6 +640,11 @@ class PodWorker:
         self._events.record(about, reason, message, type)
 
     def _exec_runner(self, container: _Container) -> Callable[[list[str], float], int]:
+        engine, process = self.runtime.engine, container.process
+        if engine is not None and isinstance(process, RuncContainer):
+            runc_container = process.id
+            return lambda command, timeout: engine.exec(runc_container, command, timeout)
+
         def run(command: list[str], timeout: float) -> int:
             script = self.runtime.scripts_dir / Path(command[0]).name
             argv = [str(script) if script.is_file() else command[0]]
@@ -622,6 +743,25 @@ class PodWorker:
             except Exception as error:
                 if not is_status(error, 404, 409):
                     log.warning("pod %s: final delete failed (%s)", name_of(self.pod), error)
+
+
+def pull_backoff(failed_pulls: int) -> float:
+    """Seconds to the next pull of a missing image (a kubelet: 10 s doubling to 300 s; here 1 s
+    doubling to 8 s, so a pod whose image is built meanwhile starts soon)."""
+    return float(min(2 ** (failed_pulls - 1), 8))
+
+
+def image_pull_backoff(pod: Obj, error: ContainerConfigError) -> ContainerConfigError:
+    """The waiting reason between pulls of a missing image: `ImagePullBackOff`."""
+    image = next(
+        (
+            str(c.get("image"))
+            for c in spec_of(pod).get("containers") or []
+            if c.get("name") == error.container
+        ),
+        "",
+    )
+    return ContainerConfigError("ImagePullBackOff", f'Back-off pulling image "{image}"', error.container)
 
 
 def status_error_message(error: Exception) -> str:
