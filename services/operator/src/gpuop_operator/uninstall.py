@@ -214,7 +214,8 @@ def uninstall_cleanup(
     marked = sorted(f"{node} ({agent})" for node, agents in running.items() for agent in sorted(agents))
     if marked:
         log.warning(
-            "agents still run on these nodes (not operator-managed?): their marks stay", extra={"nodes": marked}
+            "agents still run on these nodes (not operator-managed?): their marks stay",
+            extra={"nodes": marked},
         )
     return CleanupReport(
         tuple(_key(d) for d in dcs),
