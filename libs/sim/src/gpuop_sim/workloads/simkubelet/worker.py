@@ -28,6 +28,7 @@ from gpuop_sim.workloads.kubeapi import PODS, SERVICEACCOUNTS, KubeRest, is_stat
 from gpuop_sim.workloads.objects import Obj, meta, name_of, namespace_of, spec_of
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
 from gpuop_sim.workloads.simkubelet.identity import RunIdentity, image_user, run_identity
+from gpuop_sim.workloads.simkubelet.imagepull import PullBackOff, backoff_message
 from gpuop_sim.workloads.simkubelet.incluster import access_files, pod_kubeconfig, service_env, token_request
 from gpuop_sim.workloads.simkubelet.podspec import (
     ContainerConfigError,
@@ -74,8 +75,15 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-# Waiting reasons after which the kubelet gives the pod up instead of retrying.
-_TERMINAL_REASONS = ("ErrImagePull", "UnexpectedAdmissionError")
+# Waiting reasons after which the kubelet gives the pod up instead of retrying (never an image pull:
+# the pod stays Pending and the pull is retried with back-off, see imagepull).
+_TERMINAL_REASONS = ("UnexpectedAdmissionError",)
+# The Event a kubelet posts with an image error's own message, before its `Error: <reason>` one.
+_IMAGE_EVENTS: dict[str, tuple[EventType, str]] = {
+    "ErrImagePull": ("Warning", "Failed"),
+    "ImagePullBackOff": ("Normal", "BackOff"),
+    "InvalidImageName": ("Warning", "InspectFailed"),
+}
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,7 @@ class PodWorker:
         self._start_time = utc_now()
         self._volume_versions: dict[str, str] = {}
         self._config_error_reported = ""  # the last config error posted as an Event
+        self._pulls = PullBackOff()
         self._events = EventRecorder(rest.api_client, "kubelet", host=runtime.name)
         self.finished = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pod-{name_of(pod)}", daemon=True)
@@ -210,12 +219,16 @@ class PodWorker:
             self._handle_reboots()
 
     def _prepare_until_ready(self) -> None:
-        """Resolve the containers; config errors are retried, an unknown image fails the pod."""
+        """Resolve the containers; config errors are retried, image pulls after the kubelet's image
+        back-off (the pod stays Pending meanwhile, as on a kubelet)."""
         while not self._stop.is_set():
             try:
+                self._wait_pull_backoff()
                 self._prepare()
                 return
             except ContainerConfigError as error:
+                if error.reason == "ErrImagePull":
+                    self._pulls.failed(self._image_of(error.container), time.monotonic())
                 self._report_config_error(error)
                 states = [
                     ContainerState(
@@ -252,6 +265,18 @@ class PodWorker:
                     if self._stop.wait(_TICK):
                         break
 
+    def _image_of(self, container: str) -> str:
+        specs = spec_of(self.pod).get("containers") or []
+        return next((str(c.get("image") or "") for c in specs if c.get("name") == container), "")
+
+    def _wait_pull_backoff(self) -> None:
+        """ImagePullBackOff while an image of this pod failed to pull and its back-off runs."""
+        specs = spec_of(self.pod).get("containers") or []
+        image = self._pulls.backing_off([str(c.get("image") or "") for c in specs], time.monotonic())
+        if image:
+            container = next(str(c.get("name") or "") for c in specs if str(c.get("image") or "") == image)
+            raise ContainerConfigError("ImagePullBackOff", backoff_message(image), container)
+
     def _report_config_error(self, error: ContainerConfigError) -> None:
         """The kubelet's `Failed` Event for a container it could not create; once per message here,
         where a kubelet posts it at every sync and the Event count goes up."""
@@ -261,13 +286,18 @@ class PodWorker:
             self._config_error_reported = error.message
             self._event("", "Warning", "FailedMount", error.message)
             return
-        if error.reason not in ("CreateContainerConfigError", "ErrImagePull", "RunContainerError"):
+        if error.reason not in ("CreateContainerConfigError", "RunContainerError", *_IMAGE_EVENTS):
             return
         self._config_error_reported = error.message
         containers = [str(c.get("name")) for c in spec_of(self.pod).get("containers") or []]
-        # An image pull failure says so itself ("Failed to pull image ..."), as the kubelet's Event.
-        message = error.message if error.reason == "ErrImagePull" else f"Error: {error.message}"
-        self._event(error.container or containers[0], "Warning", "Failed", message)
+        container = error.container or containers[0]
+        if error.reason in _IMAGE_EVENTS:
+            # The image manager's Event with the message, then the container's `Error: <reason>`.
+            kind, reason = _IMAGE_EVENTS[error.reason]
+            self._event(container, kind, reason, error.message)
+            self._event(container, "Warning", "Failed", f"Error: {error.reason}")
+            return
+        self._event(container, "Warning", "Failed", f"Error: {error.message}")
 
     def _prepare(self) -> None:
         pod = self.pod
