@@ -28,7 +28,8 @@ MAX_BACKOFF_S = 300.0  # kubelet MaxImageBackOff
 # distribution/reference's grammar: [domain[:port]/]path-component(/path-component)*[:tag][@digest],
 # path components lowercase.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
 _REFERENCE = re.compile(
     rf"^(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*"
     r"(?::[\w][\w.-]{0,127})?"
