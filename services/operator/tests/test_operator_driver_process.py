@@ -145,10 +145,12 @@ def test_an_upgrade_job_whose_image_cannot_be_pulled_is_reported_and_resumes_onc
         # On a kubelet that failed the pod this ended in upgrade-failed (backoffLimit 0) instead.
         seen = cluster.wait_for(
             lambda: (
-                (entry := node_status()).get("state") == "upgrade-failed"
-                or "spec.driver.image" in entry.get("message", "")
-            )
-            and node_status(),
+                (
+                    (entry := node_status()).get("state") == "upgrade-failed"
+                    or "spec.driver.image" in entry.get("message", "")
+                )
+                and node_status()
+            ),
             timeout=240,
             what=f"{good}'s upgrade Job reported as unpullable",
         )
