@@ -469,7 +469,11 @@ def test_an_install_job_that_cannot_pull_its_image_is_reported_once_and_replaced
     assert state.state == "installing"
     assert f"cannot pull image {bad!r}" in state.message and "set spec.driver.image to" in state.message
     assert "ImagePullBackOff" in state.message
-    assert plan.pull_problems == {"n0": state.message}
+    # The DeviceConfig's Degraded message: stable while the kubelet's reason alternates.
+    assert plan.pull_problems == {
+        "n0": f"driver-install Job driver-install-n0-0 on node n0 cannot pull image {bad!r}; "
+        "set spec.driver.image to an image the node can pull"
+    }
     assert [r for _, r, _ in world.events] == [PULL_EVENT]  # once, not once per pass
     assert world.created == [("n0", "driver-install")]  # waited on, never failed nor recreated
     fixed = pk.driver("6.2")  # the field cleared: the operator's own image

@@ -470,7 +470,10 @@ def test_a_reset_job_that_cannot_pull_its_image_is_reported_once_and_replaced_wh
     message = plan.states["n0"].message
     assert f"gpu-reset Job gpuop-gpu-reset-n0 on node n0 cannot pull image {bad!r}" in message
     assert "set spec.driver.image to an image the node can pull" in message
-    assert plan.pull_problems == {"n0": message}
+    assert plan.pull_problems == {
+        "n0": f"gpu-reset Job gpuop-gpu-reset-n0 on node n0 cannot pull image {bad!r}; "
+        "set spec.driver.image to an image the node can pull"
+    }
     assert walk.events().count("RemediationImagePullFailed") == 1
     assert walk.state() == "repairing" and plan.create_jobs == [] and plan.delete_jobs == []
     walk.kwargs.update(job_image="ghcr.io/gpuop/gpuop-operator:0.1.0", driver_image="")

@@ -211,6 +211,7 @@ class DriverPlanner:
         self.job_deadline_s = job_deadline_s
         self.plan = DriverPlan()
         self._patches: dict[str, NodePatch] = {}  # by node, in the order first written
+        self._pull_notes: dict[str, str] = {}  # node -> its Job's unpullable image, with the reason
 
     def finish(self, started: Sequence[str]) -> DriverPlan:
         """The plan, with the started nodes' patches apart (see `DriverPlan.start_patches`)."""
@@ -269,7 +270,7 @@ class DriverPlanner:
     def _state(self, node: NodeInfo, state: str, message: str = "") -> None:
         """The node's state for `status.driver`, with its version as this pass's patch leaves it."""
         version = self.after(node).labels.get(VERSION_LABEL, "")
-        message = self.plan.pull_problems.get(node.name) or message  # the one thing a person must fix
+        message = self._pull_notes.get(node.name) or message  # the one thing a person must fix
         self.plan.states[node.name] = DriverNodeState(state, version, message, self.want(node))
 
     def _job(self, node: NodeInfo, operation: Operation, vendor: str) -> JobView | None:
@@ -298,7 +299,8 @@ class DriverPlanner:
         fails it) until activeDeadlineSeconds, so say so now: the node's state message, the
         DeviceConfig's Degraded condition and, once per Job, a Warning Event on the Node."""
         problem = job.pull_problem(image_field(self.driver.image))
-        self.plan.pull_problems[node.name] = problem
+        self._pull_notes[node.name] = problem
+        self.plan.pull_problems[node.name] = job.pull_problem(image_field(self.driver.image), detail=False)
         if node.annotations.get(PULL_REPORTED) == job.uid:
             return
         now = self.after(node)

@@ -228,12 +228,15 @@ class JobView:
     def pulling(self) -> bool:
         return self.phase == "running" and bool(self.pull_reason) and not self.deleting
 
-    def pull_problem(self, field: str) -> str:
-        """What a person reads: the Job, the image, the kubelet's reason, the field to fix."""
-        detail = f"{self.pull_reason}: {self.pull_message}" if self.pull_message else self.pull_reason
+    def pull_problem(self, field: str, *, detail: bool = True) -> str:
+        """What a person reads: the Job, the image, the kubelet's reason, the field to fix. Without
+        `detail` (for the DeviceConfig's condition) it leaves out the kubelet's reason, which
+        alternates ErrImagePull / ImagePullBackOff at every pull and would rewrite it each time."""
+        why = f"{self.pull_reason}: {self.pull_message}" if self.pull_message else self.pull_reason
+        shown = f" ({why})" if detail else ""
         return (
-            f"{self.operation} Job {self.name} on node {self.node} cannot pull image {self.image!r} "
-            f"({detail}); set {field} to an image the node can pull"
+            f"{self.operation} Job {self.name} on node {self.node} cannot pull image {self.image!r}"
+            f"{shown}; set {field} to an image the node can pull"
         )
 
 

@@ -250,6 +250,7 @@ class _Planner:
         self.allocatable_expected = allocatable_expected
         self.keep = max(config.history_limit, config.rate_limit.max_runs_per_window)
         self.plan = RemediationPlan()
+        self._pull_notes: dict[str, str] = {}  # node -> its Job's unpullable image, with the reason
 
     # ---------------------------------------------------------------- helpers
     def _patch(
@@ -293,7 +294,7 @@ class _Planner:
     def _state(
         self, node: NodeInfo, state: str, message: str = "", history: list[dict[str, Any]] | None = None
     ) -> None:
-        message = self.plan.pull_problems.get(node.name) or message
+        message = self._pull_notes.get(node.name) or message
         shown = (history if history is not None else history_of(node))[-self.config.history_limit :]
         if not self.config.history_limit:
             shown = []
@@ -402,7 +403,8 @@ class _Planner:
         kubelet, so it is reported now (state message, Degraded, one Warning Event per Job); the
         reboot timeout or the Job's deadline still ends the run."""
         problem = job.pull_problem(image_field(self.driver_image))
-        self.plan.pull_problems[node.name] = problem
+        self._pull_notes[node.name] = problem
+        self.plan.pull_problems[node.name] = job.pull_problem(image_field(self.driver_image), detail=False)
         if node.annotations.get(PULL_REPORTED) == job.uid:
             return
         now = self.after(node)
