@@ -156,11 +156,9 @@ def test_an_upgrade_job_whose_image_cannot_be_pulled_is_reported_and_resumes_onc
         )
         assert seen["state"] == "upgrading", seen
         assert unpullable in seen["message"] and "ImagePull" in seen["message"], seen
-        degraded = next(
-            c
-            for c in api.get(DEVICECONFIGS, "gpus", NAMESPACE)["status"]["conditions"]
-            if c["type"] == "Degraded"
-        )
+        status = api.get(DEVICECONFIGS, "gpus", NAMESPACE)["status"]
+        assert status["nodes"][good] == "driver-image-unpullable"
+        degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
         assert degraded["status"] == "True" and degraded["reason"] == "JobImagePullFailed", degraded
         assert unpullable in degraded["message"]
 

@@ -346,7 +346,15 @@ class Reconciler:
             if not remediation_held:
                 done, remediation_plan, nodes = self._remediate(owner, spec, nodes, pods)
                 ok &= done
-        plan = plan_rollout(owner, spec, nodes, pods, installed=installed, driver_ready=driver_ready)
+        plan = plan_rollout(
+            owner,
+            spec,
+            nodes,
+            pods,
+            installed=installed,
+            driver_ready=driver_ready,
+            driver_unpullable=tuple(driver_plan.pull_problems) if driver_plan is not None else (),
+        )
         ok &= self._apply(plan)
         enabled = {service for stage in enabled_stages(spec) for service in stage}
         missing = (enabled & SUPPORTED_SERVICES) - installed - JOB_SERVICES
