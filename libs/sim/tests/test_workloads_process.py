@@ -264,6 +264,19 @@ def test_unknown_image_keeps_the_pod_pending_and_pulls_again_with_back_off(clust
     assert api.get(PODS, "ghost", NS)["status"]["phase"] == "Pending"
 
 
+def test_an_image_pushed_later_is_pulled_when_the_back_off_expires(cluster: SimCluster) -> None:
+    """As a kubelet: the pod is not lost to a failed pull; the next pull (10 s later) finds it."""
+    api = cluster.api()
+    image = "ghcr.io/nobody/pushed-later:1.0"
+    spec = pod("late", ["--exit=0"], restart="Never")
+    spec["spec"]["containers"][0]["image"] = image
+    api.create(PODS, spec, NS)
+    cluster.wait_for_object(PODS, "late", NS, waiting_reason("ImagePullBackOff"), timeout=30)
+    cluster.push_image(image, [sys.executable, str(Path(__file__).resolve())])
+    done = cluster.wait_for_object(PODS, "late", NS, phase_is("Succeeded"), timeout=60)
+    assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+
+
 def test_malformed_image_reference_is_invalid_image_name_and_stays_pending(cluster: SimCluster) -> None:
     """Bad input: an upper-case repository ("Nobody/Upper") does not parse; refused before a pull."""
     api = cluster.api()
