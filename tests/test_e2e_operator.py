@@ -313,6 +313,55 @@ def test_crd_upgrade_hook_job_runs_the_operator_image_to_completion(cluster: Sim
 
 
 @pytest.mark.slow
+def test_a_crd_upgrade_hook_job_whose_image_cannot_be_pulled_ends_by_its_own_deadline(
+    cluster: SimCluster,
+) -> None:
+    """Bad input: `crds.upgradeJob.image.repository` names an image the nodes cannot pull. A kubelet
+    keeps the pod Pending and retries (never Failed), so backoffLimit never ends the Job: its
+    activeDeadlineSeconds does, with the reason `helm upgrade` prints (here 2 s instead of 240 s)."""
+    unpullable = "registry.invalid/gpuop/no-such-operator"
+    hooks = [
+        m
+        for m in helm.template(
+            UMBRELLA,
+            namespace=NAMESPACE,
+            release="unpullable",
+            values=[
+                f"crds.upgradeJob.image.repository={unpullable}",
+                "crds.upgradeJob.activeDeadlineSeconds=2",
+            ],
+        )
+        if (m["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-upgrade"
+    ]
+    (job,) = (m for m in hooks if m["kind"] == "Job")
+    assert job["spec"]["activeDeadlineSeconds"] == 2
+    kubectl(cluster, "apply", "--validate=false", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump_all(hooks))
+    name = job["metadata"]["name"]
+    api = cluster.api()
+
+    def pulling_pods() -> list[dict[str, Any]]:
+        pods, _ = api.list(PODS, NAMESPACE, labelSelector=f"job-name={name}")
+        return [
+            p
+            for p in pods
+            if any(
+                (s["state"].get("waiting") or {}).get("reason") in ("ErrImagePull", "ImagePullBackOff")
+                for s in (p.get("status") or {}).get("containerStatuses") or []
+            )
+        ]
+
+    (pod,) = cluster.wait_for(pulling_pods, timeout=60, what=f"{name}'s pod pulling")
+    assert pod["status"]["phase"] == "Pending"
+
+    def failed(j: dict[str, Any]) -> bool:
+        return any(c["type"] == "Failed" for c in (j.get("status") or {}).get("conditions") or [])
+
+    ended = cluster.wait_for_object(JOBS, name, NAMESPACE, failed, timeout=60)
+    (condition,) = [c for c in ended["status"]["conditions"] if c["type"] == "Failed"]
+    assert condition["reason"] == "DeadlineExceeded"  # not BackoffLimitExceeded: no pod ever failed
+
+
+@pytest.mark.slow
 def test_a_mig_profile_in_one_deviceconfig_repartitions_its_node_with_the_operator_running(
     cluster: SimCluster,
 ) -> None:

@@ -79,3 +79,50 @@ def test_a_node_in_the_driver_uninstall_walk_is_d005_and_a_failed_uninstall_d006
     assert report.verdict is not None and report.verdict.code.code == "GPUOP-D006"
     assert "uninstall-required" in report.verdict.next_step
     assert not any(x.code.code.startswith("GPUOP-D") for x in diagnose(snap, "done").findings)
+
+
+def test_a_driver_job_whose_pod_cannot_pull_its_image_is_d007_naming_the_image_and_the_field() -> None:
+    """Bad input: spec.driver.image names an image the node cannot pull. The Job is active and its
+    pod Pending (a kubelet never fails it), so without D007 the node read as D001 "wait"."""
+    dc = config("x", pool="x")
+    dc["spec"]["driver"] = {"enable": True, "image": "registry.invalid/gpuop/driver:6.12"}
+    node = gpu_node("n0", pool="x")
+    job = {
+        "metadata": {
+            "name": "gpuop-driver-n0",
+            "namespace": "gpu-operator",
+            "labels": {"gpuop.dev/operation": "driver-install"},
+            "annotations": {"gpuop.dev/node": "n0"},
+        },
+        "status": {"active": 1},
+    }
+    image = "registry.invalid/gpuop/driver:6.12"
+    for reason, message in (
+        ("ImagePullBackOff", f'Back-off pulling image "{image}"'),
+        ("InvalidImageName", f'Failed to apply default image tag "{image}": invalid reference format'),
+    ):
+        pod = {
+            "metadata": {
+                "name": "gpuop-driver-n0-a",
+                "namespace": "gpu-operator",
+                "labels": {"job-name": job["metadata"]["name"]},
+            },
+            "spec": {"nodeName": "n0"},
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "playbook",
+                        "image": image,
+                        "state": {"waiting": {"reason": reason, "message": message}},
+                    }
+                ],
+            },
+        }
+        report = diagnose(
+            Snapshot("gpu-operator", nodes=[node], deviceconfigs=[dc], jobs=[job], pods=[pod]), "n0"
+        )
+        assert report.verdict is not None and report.verdict.code.code == "GPUOP-D007", report
+        assert image in report.verdict.summary and reason in report.verdict.summary
+        assert message in report.verdict.evidence
+        assert "spec.driver.image" in report.verdict.next_step

@@ -161,9 +161,18 @@ def running(restarts: int = 0) -> dict[str, Any]:
             ),
             PodCell("device-plugin OOMKilled x1", Tone.FAILING),
         ),
+        # A kubelet keeps a pod that cannot pull Pending (the pull is retried): still red.
         (
-            agent_pod("Failed", waiting("ErrImagePull"), reason="ErrImagePull"),
+            agent_pod("Pending", waiting("ErrImagePull")),
             PodCell("device-plugin ErrImagePull", Tone.FAILING),
+        ),
+        (
+            agent_pod("Pending", waiting("ImagePullBackOff")),
+            PodCell("device-plugin ImagePullBackOff", Tone.FAILING),
+        ),
+        (
+            agent_pod("Pending", waiting("InvalidImageName")),
+            PodCell("device-plugin InvalidImageName", Tone.FAILING),
         ),
         (
             agent_pod(

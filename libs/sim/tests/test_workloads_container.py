@@ -167,13 +167,19 @@ def test_a_missing_image_backs_off_and_the_pod_starts_once_the_image_is_built(
     cluster.api().create(PODS, pod("late", late, "echo started"), NS)
     events = cluster.wait_for_events(
         NS,
-        lambda found: any(e["reason"] == "Failed" and "late" in e["involvedObject"]["name"] for e in found),
+        lambda found: any(  # posted after the pull's own message
+            e["message"] == "Error: ErrImagePull" and "late" in e["involvedObject"]["name"] for e in found
+        ),
         timeout=120,
         what="the Failed event of the first pull",
     )
-    failed = next(e for e in events if e["reason"] == "Failed" and e["involvedObject"]["name"] == "late")
-    assert failed["message"].startswith(f'Failed to pull image "{late}": '), failed["message"]
-    assert "image not known" in failed["message"]  # podman's own words
+    failed = sorted(
+        e["message"] for e in events if e["reason"] == "Failed" and e["involvedObject"]["name"] == "late"
+    )
+    # The kubelet's pair: the pull's own message, then the container's `Error: ErrImagePull`.
+    assert failed[0] == "Error: ErrImagePull", failed
+    assert failed[1].startswith(f'Failed to pull image "{late}": '), failed
+    assert "image not known" in failed[1]  # podman's own words
     cluster.wait_for(
         lambda: (
             container_status(cluster, "late").get("state", {}).get("waiting", {}).get("reason")

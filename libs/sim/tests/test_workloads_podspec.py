@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpuop_sim.workloads.simkubelet.imagepull import PullBackOff, invalid_reference
 from gpuop_sim.workloads.simkubelet.podspec import (
     ContainerConfigError,
     PodContext,
@@ -332,3 +333,40 @@ def test_downward_api_volume_with_an_unsupported_field_is_a_config_error(tmp_pat
     }
     with pytest.raises(ContainerConfigError, match=r"spec\.nodeName"):
         refresh_pod_volumes(pod, {"v": tmp_path / "v"}, lambda _kind: {}, {}, force=True, token_for=no_token)
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["ghcr.io/Nobody/upper:1", "busybox:1 ", "busybox::1", "registry:5000/", "a/b@sha256:xyz", "", "-lead"],
+)
+def test_malformed_reference_is_invalid_image_name_before_any_pull(scripts: Path, image: str) -> None:
+    """Bad inputs: upper case in a path, a space, an empty tag, no path, a short digest, empty, a
+    leading dash; each refused before looking for an image, with the kubelet's message."""
+    with pytest.raises(ContainerConfigError) as caught:
+        resolve_argv({"image": image}, scripts, {image: ["/bin/true"]})
+    assert caught.value.reason == "InvalidImageName"
+    assert caught.value.message == (
+        f'Failed to apply default image tag "{image}": '
+        f'couldn\'t parse image name "{image}": invalid reference format'
+    )
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "busybox",
+        "docker.io/library/busybox:1.36",
+        "localhost:5000/a/b_c:v1.0-rc",
+        "ghcr.io/gpuop/x@sha256:" + "a" * 64,
+    ],
+)
+def test_well_formed_references_parse(image: str) -> None:
+    assert invalid_reference(image) == ""
+
+
+def test_image_pull_back_off_doubles_from_ten_seconds_up_to_five_minutes() -> None:
+    backoff = PullBackOff()
+    delays = [backoff.failed("img", 1000.0) for _ in range(7)]
+    assert delays == [10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0]
+    assert backoff.backing_off(["other", "img"], 1299.0) == "img"
+    assert backoff.backing_off(["other", "img"], 1300.0) == ""

@@ -215,24 +215,114 @@ def test_crashing_container_is_restarted_with_backoff(cluster: SimCluster) -> No
     assert not is_ready(crashed)
 
 
-def test_unknown_image_fails_the_pod_with_a_pull_error(cluster: SimCluster) -> None:
+def waiting_reason(reason: str) -> Any:
+    def check(obj: dict[str, Any]) -> bool:
+        statuses = (obj.get("status") or {}).get("containerStatuses") or []
+        return bool(statuses) and (statuses[0]["state"].get("waiting") or {}).get("reason") == reason
+
+    return check
+
+
+def pod_events(cluster: SimCluster, name: str, *wanted: str) -> list[dict[str, Any]]:
+    """The pod's Events once one with each `wanted` "Reason: message start" is there."""
+
+    def mine(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [e for e in events if e["involvedObject"]["name"] == name]
+
+    def seen(events: list[dict[str, Any]]) -> bool:
+        lines = [f"{e['reason']}: {e['message']}" for e in mine(events)]
+        return all(any(line.startswith(w) for line in lines) for w in wanted)
+
+    return mine(cluster.wait_for_events(NS, seen, what=f"{wanted} on pod {name}"))
+
+
+def test_unknown_image_keeps_the_pod_pending_and_pulls_again_with_back_off(cluster: SimCluster) -> None:
+    """A kubelet never fails a pod for an image pull: ErrImagePull, then ImagePullBackOff while the
+    image back-off runs, the pod Pending all along; the Events are the kubelet's four."""
     api = cluster.api()
-    spec = pod("ghost", [])
-    spec["spec"]["containers"][0]["image"] = "ghcr.io/nobody/not-installed:1.0"
+    image = "ghcr.io/nobody/not-installed:1.0"
+    spec = pod("ghost", [], restart="Never")
+    spec["spec"]["containers"][0]["image"] = image
     api.create(PODS, spec, NS)
-    failed = cluster.wait_for_object(PODS, "ghost", NS, phase_is("Failed"), timeout=30)
-    waiting = failed["status"]["containerStatuses"][0]["state"]["waiting"]
-    assert waiting["reason"] == "ErrImagePull"
-    assert "not-installed" in waiting["message"]
-    assert failed["status"]["reason"] == "ErrImagePull"
-    # Never a silent failure: the kubelet's Warning Event names the image.
-    events = cluster.wait_for_events(
-        NS, lambda evs: [e for e in evs if e["involvedObject"]["name"] == "ghost" and e["reason"] == "Failed"]
+    backing_off = cluster.wait_for_object(PODS, "ghost", NS, waiting_reason("ImagePullBackOff"), timeout=30)
+    assert backing_off["status"]["phase"] == "Pending"
+    assert "reason" not in backing_off["status"]
+    waiting = backing_off["status"]["containerStatuses"][0]["state"]["waiting"]
+    assert waiting["message"] == f'Back-off pulling image "{image}"'
+    events = pod_events(
+        cluster,
+        "ghost",
+        f'Failed: Failed to pull image "{image}": ',
+        "Failed: Error: ErrImagePull",
+        f'BackOff: Back-off pulling image "{image}"',
+        "Failed: Error: ImagePullBackOff",
     )
-    failed_event = next(
-        e for e in events if e["involvedObject"]["name"] == "ghost" and e["reason"] == "Failed"
+    kinds = {e["reason"]: e["type"] for e in events}
+    assert kinds == {"Failed": "Warning", "BackOff": "Normal"}
+    assert all(e["involvedObject"].get("fieldPath") == "spec.containers{main}" for e in events)
+    # Still Pending after the Events: nothing ever turns the pod Failed.
+    assert api.get(PODS, "ghost", NS)["status"]["phase"] == "Pending"
+
+
+def test_an_image_pushed_later_is_pulled_when_the_back_off_expires(cluster: SimCluster) -> None:
+    """As a kubelet: the pod is not lost to a failed pull; the next pull (10 s later) finds it."""
+    api = cluster.api()
+    image = "ghcr.io/nobody/pushed-later:1.0"
+    spec = pod("late", ["--exit=0"], restart="Never")
+    spec["spec"]["containers"][0]["image"] = image
+    api.create(PODS, spec, NS)
+    cluster.wait_for_object(PODS, "late", NS, waiting_reason("ImagePullBackOff"), timeout=30)
+    cluster.push_image(image, [sys.executable, str(Path(__file__).resolve())])
+    done = cluster.wait_for_object(PODS, "late", NS, phase_is("Succeeded"), timeout=60)
+    assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+
+
+def test_malformed_image_reference_is_invalid_image_name_and_stays_pending(cluster: SimCluster) -> None:
+    """Bad input: an upper-case repository ("Nobody/Upper") does not parse; refused before a pull."""
+    api = cluster.api()
+    image = "ghcr.io/Nobody/Upper:1.0"
+    spec = pod("malformed", [], restart="Never")
+    spec["spec"]["containers"][0]["image"] = image
+    api.create(PODS, spec, NS)
+    invalid = cluster.wait_for_object(PODS, "malformed", NS, waiting_reason("InvalidImageName"), timeout=30)
+    assert invalid["status"]["phase"] == "Pending"
+    waiting = invalid["status"]["containerStatuses"][0]["state"]["waiting"]
+    assert waiting["message"].startswith(f'Failed to apply default image tag "{image}": couldn\'t parse')
+    pod_events(
+        cluster,
+        "malformed",
+        "InspectFailed: Failed to apply default image tag",
+        "Failed: Error: InvalidImageName",
     )
-    assert failed_event["message"].startswith('Failed to pull image "ghcr.io/nobody/not-installed:1.0"')
+    assert api.get(PODS, "malformed", NS)["status"]["phase"] == "Pending"
+
+
+def test_job_whose_image_cannot_be_pulled_stays_active_with_its_pod_pending(cluster: SimCluster) -> None:
+    """backoffLimit counts failed pods; a pod that cannot pull never fails, so the Job stays active
+    (only activeDeadlineSeconds would end it)."""
+    container = {"name": "main", "image": "ghcr.io/nobody/not-installed:2.0"}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "unpullable", "namespace": NS},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
+    api = cluster.api()
+    api.create(JOBS, job, NS)
+    cluster.wait_for_object(
+        JOBS, "unpullable", NS, lambda o: (o.get("status") or {}).get("active") == 1, timeout=30
+    )
+    pods, _ = api.list(PODS, NS, labelSelector="job-name=unpullable")
+    (name,) = [p["metadata"]["name"] for p in pods]
+    stuck = cluster.wait_for_object(PODS, name, NS, waiting_reason("ImagePullBackOff"), timeout=30)
+    assert stuck["status"]["phase"] == "Pending"
+    current = api.get(JOBS, "unpullable", NS)["status"]
+    assert current.get("active") == 1
+    assert not current.get("failed")
+    assert not [c for c in current.get("conditions") or [] if c["type"] == "Failed"]
 
 
 def test_stop_leaves_no_container_processes(tmp_path: Path) -> None:

@@ -157,6 +157,46 @@ def test_gpu_pod_that_never_leaves_times_out_and_operands_come_back(harness):
     assert h.events()[-1] == "QuiesceTimeout"
 
 
+def test_a_gpu_pod_stuck_pulling_its_image_blocks_and_the_timeout_says_why(harness):
+    """A kubelet keeps a pod whose image cannot be pulled Pending, its GPUs allocated, and never
+    fails it (it used to turn Failed in the simulator, which let the apply go on): it blocks the
+    repartition like a running one, and the timeout names the kubelet's reason."""
+    h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps4"}, quiesceTimeoutSeconds=1)
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="unpulled", namespace="default"),
+        spec=client.V1PodSpec(
+            node_name=NODE,
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="registry.invalid/train:1",
+                    resources=client.V1ResourceRequirements(limits={"amd.com/gpu": "1"}),
+                )
+            ],
+        ),
+    )
+    h.core.create_namespaced_pod("default", pod)
+    waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "registry.invalid/train:1"'}
+    status = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {
+                "name": "main",
+                "image": "registry.invalid/train:1",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"waiting": waiting},
+            }
+        ],
+    }
+    h.core.patch_namespaced_pod_status("unpulled", "default", {"status": status})
+    outcome = h.agent().run_once()
+    assert outcome.state is State.FAILED
+    assert "default/unpulled (Pending, ImagePullBackOff: it never starts" in outcome.reason
+    assert _modes(h.info) == {("SPX", "NPS1")}
+
+
 def test_evicting_gpu_pods_lets_the_apply_go_on(harness):
     h = harness("amd-mi300x-spx", {PROFILE: "cpx-nps1"}, quiesceTimeoutSeconds=20)
     pod = client.V1Pod(

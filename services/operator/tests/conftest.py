@@ -235,6 +235,8 @@ class DriverWorld:
     allocatable_expected: bool = True  # a device plugin advertises the GPUs
     advertises: bool = True  # False: its GPUs never reach allocatable (nothing registers them)
     uninstall: bool = False  # the driver is to come off (enable false / deletion, policy Uninstall)
+    operator_image: str = "ghcr.io/gpuop/gpuop-operator:0.1.0"  # a Job's image without spec.driver.image
+    unpullable: set[str] = field(default_factory=set)  # images no node can pull: the Job's pod stays Pending
 
     def step(self, config: DriverConfig, seconds: float = 10.0) -> DriverPlan:
         self.now += seconds
@@ -251,6 +253,7 @@ class DriverWorld:
             validation_recipe=self.validation_recipe,
             validation_timeout_s=300,
             allocatable_expected=self.allocatable_expected,
+            job_image=config.image or self.operator_image,
         )
         for patch in [*plan.patches, *plan.start_patches]:
             node = self.nodes[patch.node]
@@ -268,7 +271,23 @@ class DriverWorld:
         for node, operation, _vendor, version in plan.create_jobs:
             name = f"{operation}-{node}-{len(self.created)}"
             self.created.append((node, operation))
-            self.jobs[(node, operation)] = JobView(name, f"uid-{name}", node, operation, version, "running")
+            image = config.image or self.operator_image
+            pull = (
+                ("ImagePullBackOff", f'Back-off pulling image "{image}"')
+                if image in self.unpullable
+                else ("", "")
+            )
+            self.jobs[(node, operation)] = JobView(
+                name,
+                f"uid-{name}",
+                node,
+                operation,
+                version,
+                "running",
+                image=image,
+                pull_reason=pull[0],
+                pull_message=pull[1],
+            )
             self.ages[(node, operation)] = 0
         for pod in plan.evict + plan.delete_pods:
             if pod.name not in self.pdb_blocks:
@@ -316,7 +335,7 @@ class DriverWorld:
 
     def _advance_jobs(self) -> None:
         for key, job in list(self.jobs.items()):
-            if job.phase != "running":
+            if job.phase != "running" or job.pulling:  # a kubelet never fails a pod for its image
                 continue
             self.ages[key] += 1
             if self.ages[key] < self.job_passes:

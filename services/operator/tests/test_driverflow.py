@@ -19,6 +19,8 @@ from gpuop_operator.driverflow import (
     ADMIN_CORDON,
     FAILURE,
     PAUSE_VALUE,
+    PULL_EVENT,
+    PULL_REPORTED,
     TEST_RESULT,
     VERSION_LABEL,
     DriverPlan,
@@ -449,3 +451,42 @@ def test_a_legacy_default_label_is_relabelled_to_the_concrete_default_without_a_
         plan = world.step(pk.driver(version))
         assert plan.patches == [] and plan.create_jobs == []
     assert world.created == [] and STATE_LABEL not in world.nodes["n0"].labels
+
+
+def test_an_install_job_that_cannot_pull_its_image_is_reported_once_and_replaced_when_the_field_changes(
+    pk: Any,
+) -> None:
+    """Bad input: spec.driver.image names an image no node can pull. The Job never fails (its pod
+    stays Pending), so the node says why at once, one Warning Event per Job; the fixed field
+    replaces the Job and the install finishes."""
+    world = pk.world({"n0": pk.gpu_node("n0")})
+    bad = "registry.invalid/gpuop/driver:6.2"
+    world.unpullable = {bad}
+    broken = pk.driver("6.2").model_copy(update={"image": bad})
+    for _ in range(5):
+        plan = world.step(broken)
+    state = plan.states["n0"]
+    assert state.state == "installing"
+    assert f"cannot pull image {bad!r}" in state.message and "set spec.driver.image to" in state.message
+    assert "ImagePullBackOff" in state.message
+    # The DeviceConfig's Degraded message: stable while the kubelet's reason alternates.
+    assert plan.pull_problems == {
+        "n0": f"driver-install Job driver-install-n0-0 on node n0 cannot pull image {bad!r}; "
+        "set spec.driver.image to an image the node can pull"
+    }
+    assert [r for _, r, _ in world.events] == [PULL_EVENT]  # once, not once per pass
+    assert world.created == [("n0", "driver-install")]  # waited on, never failed nor recreated
+    fixed = pk.driver("6.2")  # the field cleared: the operator's own image
+    for _ in range(6):
+        plan = world.step(fixed)
+    assert world.created == [("n0", "driver-install")] * 2
+    assert world.nodes["n0"].labels[VERSION_LABEL] == "6.2"
+    assert PULL_REPORTED not in world.nodes["n0"].annotations and not plan.pull_problems
+
+
+def test_the_operators_own_image_unpullable_names_the_field_that_would_override_it(pk: Any) -> None:
+    world = pk.world({"n0": pk.gpu_node("n0")})
+    world.unpullable = {world.operator_image}
+    for _ in range(3):
+        plan = world.step(pk.driver("6.2"))
+    assert "set spec.driver.image (empty: the Job runs the operator's own image)" in plan.states["n0"].message

@@ -7,11 +7,12 @@ ones that stand for a real node: a Job without them fails there (`chroot /host` 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, get_args
 
 import pytest
 from gpuop_common.config.driver import DriverConfig
-from gpuop_operator.driverjob import JobSettings, Operation, build_job
+from gpuop_operator.driverjob import JobSettings, Operation, build_job, job_view, superseded, trim_job
 
 SETTINGS = JobSettings(namespace="gpu-operator", release="gpuop", image="gpuop/gpuop-operator:0.1.0")
 
@@ -52,3 +53,16 @@ def test_spec_driver_image_runs_the_jobs_and_empty_means_the_operators_own() -> 
     mirror = DriverConfig(image="mirror.example/gpuop-operator:0.1.0")  # no pull policy written
     (container,) = pod_spec(build_job(SETTINGS, "gpu-reset", "n", "amd", mirror))["containers"]
     assert (container["image"], container["imagePullPolicy"]) == (mirror.image, SETTINGS.image_pull_policy)
+
+
+def test_the_trimmed_job_keeps_the_image_its_pod_runs() -> None:
+    """What `superseded` compares with the image the field names now."""
+    settings = JobSettings(namespace="gpu-operator", release="gpuop", image="ghcr.io/gpuop/gpuop-operator:1")
+    job = build_job(settings, "driver-install", "n0", "amd", DriverConfig(version="6.2"))
+    job["status"] = {"active": 1}
+    view = job_view(trim_job(job))
+    assert view is not None and view.image == "ghcr.io/gpuop/gpuop-operator:1"
+    pulling = replace(view, pull_reason="ErrImagePull", pull_message="not found")
+    assert pulling.pulling and not view.pulling
+    assert superseded(pulling, "ghcr.io/gpuop/gpuop-operator:2")
+    assert not superseded(pulling, "ghcr.io/gpuop/gpuop-operator:1") and not superseded(view, "other:1")

@@ -132,3 +132,23 @@ def test_an_awaited_install_job_that_fails_leaves_the_node_unlabelled_and_unmark
     assert plan.states["n0"].state == "not-installed" and world.created == [("n0", "driver-install")]
     assert AWAITED_INSTALL not in world.nodes["n0"].annotations
     assert VERSION_LABEL not in world.nodes["n0"].labels
+
+
+def test_an_install_job_stuck_pulling_when_the_driver_is_disabled_is_deleted_not_awaited(pk: Any) -> None:
+    """Bad input: an unpullable spec.driver.image, then enable: false with Uninstall. Its pod never
+    started, so nothing was installed: waiting for it would wait for its deadline."""
+    world = pk.world({"n0": pk.gpu_node("n0", **{DP: "true"})})
+    bad = "registry.invalid/gpuop/driver:6.2"
+    world.unpullable = {bad}
+    broken = pk.driver("6.2").model_copy(update={"image": bad})
+    world.step(broken)
+    assert world.jobs[("n0", "driver-install")].pulling
+    world.uninstall = True
+    plan = world.step(broken)
+    assert [j.operation for j in plan.delete_jobs] == ["driver-install"]
+    assert plan.states["n0"].state == "not-installed"
+    world.step(broken)
+    assert not world.jobs and world.created == [("n0", "driver-install")]
+    assert (
+        VERSION_LABEL not in world.nodes["n0"].labels and AWAITED_INSTALL not in world.nodes["n0"].annotations
+    )

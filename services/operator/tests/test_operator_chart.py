@@ -211,6 +211,7 @@ def test_crd_hook_runs_the_operator_image_with_apply_crd_before_upgrades() -> No
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "gpuop/gpuop-operator:0.1.0"
+    assert job["spec"]["activeDeadlineSeconds"] == 240  # ends itself before helm's 5m timeout
     assert parse_settings(OperatorSettings, container["args"]).apply_crd is True
     assert not by_kind(helm.template(CHARTS / "crds", values=["upgradeJob.enabled=false"]), "Job")
 
@@ -220,6 +221,8 @@ def test_uninstall_hook_runs_the_operator_image_with_uninstall_cleanup_before_de
     manifests = helm.template(CHARTS / "operator", values=["uninstallCleanup.timeoutSeconds=45"])
     (job,) = by_kind(manifests, "Job")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    # An unpullable image leaves the pod Pending, never Failed: the Job's deadline ends the hook.
+    assert job["spec"]["activeDeadlineSeconds"] == 45 + 60
     (container,) = job["spec"]["template"]["spec"]["containers"]
     settings = parse_settings(OperatorSettings, container["args"])
     assert settings.uninstall_cleanup is True and settings.cleanup_timeout == 45

@@ -116,3 +116,72 @@ def test_an_upgrade_with_reboot_required_reboots_the_node_through_the_real_playb
     marker = json.loads((cluster.nodes[0].root / "var/lib/gpuop/driver/amd.json").read_text())
     assert marker["version"] == "6.13"
     assert api.get(NODES, bad)["metadata"]["labels"].get(STATE_LABEL) == "upgrade-failed"  # untouched
+
+
+def test_an_upgrade_job_whose_image_cannot_be_pulled_is_reported_and_resumes_once_the_field_is_fixed(
+    cluster: SimCluster, kit: Any
+) -> None:
+    """Bad input: `spec.driver.image` names an image no node can pull. A kubelet keeps the Job's pod
+    Pending (ErrImagePull / ImagePullBackOff) and never fails it, so the Job stays active: the
+    operator must say so itself (the node's state message, a Warning Event on the Node, Degraded on
+    the DeviceConfig with a Warning Event, all naming the image and the field), and once the field
+    is fixed it replaces the Job and the walk goes on to upgrade-done."""
+    good, _bad = (node.name for node in cluster.nodes)
+    api = cluster.api()
+    unpullable = "registry.invalid/gpuop/no-such-driver:6.14"
+    policy = {"rebootRequired": False, "maxParallelUpgrades": 1, "maxUnavailableNodes": 2}
+    spec = {
+        "driver": {"enable": True, "version": "6.14", "image": unpullable, "upgradePolicy": policy},
+        "devicePlugin": {"enable": False},
+    }
+
+    def node_status() -> dict[str, Any]:
+        status = api.get(DEVICECONFIGS, "gpus", NAMESPACE).get("status") or {}
+        entry: dict[str, Any] = ((status.get("driver") or {}).get("nodes") or {}).get(good) or {}
+        return entry
+
+    with kit.operator_running(cluster, jobs=JOBS_VIA_FAKES):
+        api.patch(DEVICECONFIGS, "gpus", {"spec": spec}, NAMESPACE)
+        # On a kubelet that failed the pod this ended in upgrade-failed (backoffLimit 0) instead.
+        seen = cluster.wait_for(
+            lambda: (
+                (
+                    (entry := node_status()).get("state") == "upgrade-failed"
+                    or "spec.driver.image" in entry.get("message", "")
+                )
+                and node_status()
+            ),
+            timeout=240,
+            what=f"{good}'s upgrade Job reported as unpullable",
+        )
+        assert seen["state"] == "upgrading", seen
+        assert unpullable in seen["message"] and "ImagePull" in seen["message"], seen
+        status = api.get(DEVICECONFIGS, "gpus", NAMESPACE)["status"]
+        assert status["nodes"][good] == "driver-image-unpullable"
+        degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+        assert degraded["status"] == "True" and degraded["reason"] == "JobImagePullFailed", degraded
+        assert unpullable in degraded["message"]
+
+        def pull_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [e for e in events if e["reason"] in ("DriverImagePullFailed", "JobImagePullFailed")]
+
+        found = pull_events(
+            cluster.wait_for_events(
+                None, lambda evs: len({e["reason"] for e in pull_events(evs)}) == 2, what="pull Events"
+            )
+        )
+        assert {(e["involvedObject"]["kind"], e["type"]) for e in found} == {
+            ("Node", "Warning"),
+            ("DeviceConfig", "Warning"),
+        }
+        assert all(unpullable in e["message"] and "spec.driver.image" in e["message"] for e in found)
+        # The person fixes the field: the stuck Job is replaced, the walk goes on.
+        api.patch(DEVICECONFIGS, "gpus", {"spec": {"driver": {"image": None}}}, NAMESPACE)
+        cluster.wait_for(
+            lambda: api.get(NODES, good)["metadata"]["labels"].get(STATE_LABEL) == "upgrade-done",
+            timeout=240,
+            what=f"{good} upgrade-done after the image was fixed",
+        )
+    assert api.get(NODES, good)["metadata"]["labels"][VERSION_LABEL] == "6.14"
+    conditions = api.get(DEVICECONFIGS, "gpus", NAMESPACE)["status"]["conditions"]
+    assert not [c for c in conditions if c["reason"] == "JobImagePullFailed"]

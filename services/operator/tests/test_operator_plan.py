@@ -264,6 +264,35 @@ def test_a_node_in_a_driver_walk_shows_the_walk_as_its_stage(
         assert plan.stages == {"n0": stage}
 
 
+@pytest.mark.parametrize(
+    ("driver", "walk_state", "version"),
+    [
+        ({"enable": True}, None, None),  # installing
+        ({"enable": True}, "upgrading", "6.2"),
+        ({"enable": False, "uninstallPolicy": "Uninstall"}, "uninstalling", "6.2"),
+    ],
+)
+def test_a_node_whose_driver_job_cannot_pull_its_image_shows_it_as_its_stage(
+    driver: dict[str, object], walk_state: str | None, version: str | None
+) -> None:
+    """The Job's pod stays Pending (a kubelet never fails it): the stage says why, not just
+    "installing"; a failed walk keeps `driver-failed`."""
+    spec = DeviceConfigSpec.model_validate({"driver": driver, "devicePlugin": {"enable": True}})
+    labels = {AMD_PRESENT: "true"}
+    if walk_state:
+        labels["gpuop.dev/driver-upgrade-state"] = walk_state
+    if version:
+        labels["gpuop.dev/driver.version"] = version
+    node = NodeInfo("n0", labels)
+    plan = plan_rollout(OWNER, spec, [node], [], driver_unpullable={"n0"})
+    assert plan.stages == {"n0": "driver-image-unpullable"}
+    failed = NodeInfo("n0", {**labels, "gpuop.dev/driver-upgrade-state": "upgrade-failed"})
+    if driver["enable"]:
+        assert plan_rollout(OWNER, spec, [failed], [], driver_unpullable={"n0"}).stages == {
+            "n0": "driver-failed"
+        }
+
+
 def test_a_deleted_deviceconfigs_nodes_in_the_uninstall_walk_show_it_before_their_teardown() -> None:
     held = {OWNER_ANNOTATION: OWNER, STAGE_ANNOTATION: READY}
     walking = NodeInfo("n0", {AMD_PRESENT: "true", "gpuop.dev/driver-upgrade-state": "draining"}, held)

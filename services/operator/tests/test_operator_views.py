@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuop_common.kubeobj import PullFailure
+from gpuop_operator import views
 from gpuop_operator.remediation import marked_by_remediation
 from gpuop_operator.views import ViewMemo, node_info, trim_node
 
@@ -41,3 +43,22 @@ def test_equal_but_distinct_objects_get_their_own_view() -> None:
 def test_only_nodes_a_remediation_run_marked_are_released() -> None:
     assert not marked_by_remediation(node_info(node("a", "1", gpu="true")))
     assert marked_by_remediation(node_info(node("b", "1", **{"gpuop.dev/remediation-state": "failed"})))
+
+
+def test_a_job_pod_that_cannot_pull_keeps_its_job_and_the_kubelets_reason_when_trimmed() -> None:
+    """A kubelet keeps such a pod Pending (never Failed): the trimmed pod is all the operator sees."""
+    image = "registry.invalid/gpuop/driver:6.2"
+    waiting = {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
+    pod = {
+        "metadata": {"name": "gpuop-driver-n0-x1", "labels": {"job-name": "gpuop-driver-n0"}},
+        "spec": {"nodeName": "n0"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"name": "playbook", "image": image, "state": {"waiting": waiting}}],
+        },
+    }
+    started = {**pod, "metadata": {"name": "other", "labels": {"job-name": "gpuop-reset-n0"}}, "status": {}}
+    failures = views.job_pull_failures([views.trim_pod(pod), views.trim_pod(started)])
+    assert failures == {"gpuop-driver-n0": PullFailure("playbook", image, *waiting.values())}
+    operand = {"metadata": {"name": "dp", "labels": {}}, "spec": {"nodeName": "n0"}, "status": pod["status"]}
+    assert "pullFailure" not in views.trim_pod(operand)["status"]  # operands: the doctor's business

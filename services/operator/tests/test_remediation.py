@@ -445,3 +445,39 @@ def test_turning_remediation_off_gives_back_every_node_a_run_marked() -> None:
         assert node.taints == ({"key": "other", "value": "x", "effect": "NoSchedule"},)
     assert walk.nodes["a"].unschedulable and not walk.nodes["b"].unschedulable
     assert {e.reason for e in plan.events} == {"RemediationStopped"}
+
+
+def test_a_reset_job_that_cannot_pull_its_image_is_reported_once_and_replaced_when_the_field_changes() -> (
+    None
+):
+    """Bad input: spec.driver.image (which the remediation Jobs run too) names an image no node can
+    pull. The Job's pod stays Pending and the Job active, never failed: the node's state says why at
+    once, one Warning Event; fixing the field replaces the Job within the same run."""
+    bad = "registry.invalid/gpuop/driver:6.2"
+    walk = Walk({}, gpu_node(), job_image=bad, driver_image=bad)
+    walk.step()
+    walk.step()
+    assert walk.state() == "repairing"
+    key = ("n0", "gpu-reset")
+    walk.jobs[key] = replace(
+        walk.jobs[key],
+        image=bad,
+        pull_reason="ErrImagePull",
+        pull_message=f'Failed to pull image "{bad}": not found',
+    )
+    for _ in range(3):
+        plan = walk.step()
+    message = plan.states["n0"].message
+    assert f"gpu-reset Job gpuop-gpu-reset-n0 on node n0 cannot pull image {bad!r}" in message
+    assert "set spec.driver.image to an image the node can pull" in message
+    assert plan.pull_problems == {
+        "n0": f"gpu-reset Job gpuop-gpu-reset-n0 on node n0 cannot pull image {bad!r}; "
+        "set spec.driver.image to an image the node can pull"
+    }
+    assert walk.events().count("RemediationImagePullFailed") == 1
+    assert walk.state() == "repairing" and plan.create_jobs == [] and plan.delete_jobs == []
+    walk.kwargs.update(job_image="ghcr.io/gpuop/gpuop-operator:0.1.0", driver_image="")
+    plan = walk.step()
+    assert [j.operation for j in plan.delete_jobs] == ["gpu-reset"]
+    plan = walk.step()
+    assert [j.operation for j in plan.create_jobs] == ["gpu-reset"] and walk.state() == "repairing"

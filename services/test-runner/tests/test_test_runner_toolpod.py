@@ -163,9 +163,13 @@ def test_a_tool_past_the_timeout_is_timed_out_and_its_pod_deleted(
 
 def test_an_agent_deletes_the_tools_pods_a_killed_agent_left(sim: SimCluster) -> None:
     node = node_of(sim, "amd")
-    # Earlier tests' pods on this node go through graceful deletion; the agent would (rightly) take
-    # any still listed for leftovers too, so start from none.
-    sim.wait_for(lambda: not tools_pods(sim, node), timeout=60, what="earlier tools pods gone")
+    # Earlier tests' pods may still be terminating (a kubelet takes the grace period): gone first,
+    # so the only pod left is this test's.
+    sim.wait_for(
+        lambda: not sim.api().list(PODS, NAMESPACE, labelSelector=f"{NODE_LABEL}={node.name}")[0],
+        timeout=60,
+        what="earlier tools pods gone",
+    )
     kube = KubeJson(make_api_client(sim.kubeconfig))
     left = pod_manifest(name="gpuop-tools-left", node=node.name, image=HANGING, argv=["rvs"], run_id="x")
     kube.create(PODS, left, NAMESPACE)

@@ -7,6 +7,7 @@ not model. A missing or mistyped field reads as empty, never raises.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 Obj = dict[str, Any]
@@ -66,6 +67,41 @@ def condition_of(obj: Obj, kind: str) -> Obj | None:
 def pod_is_ready(pod: Obj) -> bool:
     cond = condition_of(pod, "Ready")
     return cond is not None and cond.get("status") == "True"
+
+
+# Waiting reasons of a container whose image the node cannot pull (kubelet images.Err*). A kubelet
+# never fails a pod for these: it stays Pending and the pull is retried with a back-off (10 s doubling
+# to 300 s), so a Job with such a pod is never Failed by its backoffLimit; whoever waits on the pod
+# must read these reasons itself.
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+
+
+@dataclass(frozen=True)
+class PullFailure:
+    """A container of a pod waiting on an image the node cannot pull."""
+
+    container: str
+    image: str
+    reason: str  # one of IMAGE_PULL_REASONS
+    message: str  # the kubelet's: `Failed to pull image "<image>": ...`, `Back-off pulling image ...`
+
+
+def image_pull_failure(pod: Obj) -> PullFailure | None:
+    """The first container (init containers first) whose image cannot be pulled, None when none."""
+    status = status_of(pod)
+    for entry in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        if not isinstance(entry, dict):
+            continue
+        waiting = (entry.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
+        if reason in IMAGE_PULL_REASONS:
+            return PullFailure(
+                str(entry.get("name") or ""),
+                str(entry.get("image") or ""),
+                reason,
+                str(waiting.get("message") or ""),
+            )
+    return None
 
 
 def node_is_ready(node: Obj) -> bool:

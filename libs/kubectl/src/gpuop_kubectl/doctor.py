@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from gpuop_common import operandpause
 from gpuop_common.config import DeviceConfigSpec, LabelSelector
 from gpuop_common.kubeobj import (
+    IMAGE_PULL_REASONS,
     Obj,
     annotations_of,
     condition_of,
+    image_pull_failure,
     key_of,
     labels_of,
     meta,
@@ -61,7 +63,7 @@ PCI_ADDRESS = re.compile(r"\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]
 INVALID_REASONS = frozenset({"InvalidSpec", "Unsupported", "InvalidForVendor"})
 JOB_NODE_ANNOTATION = "gpuop.dev/node"  # the operator's per-node Jobs name their node here
 JOB_OPERATION_LABEL = "gpuop.dev/operation"
-PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+PULL_REASONS = IMAGE_PULL_REASONS
 # Taints the kubelet or gpuop itself sets and that the other findings explain already.
 EXPLAINED_TAINTS = ("node.kubernetes.io/unschedulable", "node.kubernetes.io/not-ready")
 DRIVER_WAITS = {
@@ -135,6 +137,7 @@ def _walk(snap: Snapshot, node: Obj) -> Iterator[Finding]:
         )
     spec = _spec(config) if config is not None else None
     uninstall_state = labels_of(node).get(DRIVER_UPGRADE_STATE_LABEL, "")
+    yield from _job_images(snap, node)
     if uninstall_state in DRIVER_UNINSTALL_STATES:
         # enable: false, or the DeviceConfig deleted, with uninstallPolicy: Uninstall.
         yield from _uninstall(snap, node, uninstall_state)
@@ -271,6 +274,37 @@ def failed_tasks(snap: Snapshot, job: Obj) -> list[str]:
                 detail = task.get("stderr_tail") or task.get("message") or task.get("command") or ""
                 tasks.append(f"task {task.get('task')!r} failed: {str(detail).strip()}")
     return tasks
+
+
+def _job_images(snap: Snapshot, node: Obj) -> Iterator[Finding]:
+    """A per-node Job (driver install/uninstall, reboot, reset) whose pod cannot pull its image.
+    A kubelet keeps that pod Pending and the Job active until its deadline, never Failed, so the
+    walk it belongs to only looks slow: this is the link to fix."""
+    for job in node_jobs(snap, name_of(node)):
+        if _job_state(job).startswith(("Failed", "Complete")):
+            continue
+        for pod in snap.pods:
+            if labels_of(pod).get("job-name") != name_of(job) or namespace_of(pod) != namespace_of(job):
+                continue
+            pull = image_pull_failure(pod)
+            if pull is None:
+                continue
+            operation = labels_of(job).get(JOB_OPERATION_LABEL, "")
+            events = [
+                str(e.get("message", ""))
+                for e in _node_events(
+                    snap, name_of(node), "DriverImagePullFailed", "RemediationImagePullFailed"
+                )
+            ]
+            yield Finding(
+                f.D007,
+                f"{operation} Job {key_of(job)} cannot pull image {pull.image!r} ({pull.reason})",
+                (pull.message, f"pod {key_of(pod)} Pending", *events[-2:]),
+                "set the DeviceConfig's spec.driver.image to an image the node can pull (empty: the "
+                "operator's own image, the chart's operator image values) or fix its pull secret; "
+                "the operator replaces the Job when the field changes",
+            )
+            return
 
 
 def _driver(snap: Snapshot, node: Obj) -> Iterator[Finding]:

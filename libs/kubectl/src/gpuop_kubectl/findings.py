@@ -33,6 +33,7 @@ D003 = Code("GPUOP-D003", "driver build failed")
 D004 = Code("GPUOP-D004", "driver upgrade failed")
 D005 = Code("GPUOP-D005", "driver being uninstalled")
 D006 = Code("GPUOP-D006", "driver uninstall failed")
+D007 = Code("GPUOP-D007", "a per-node Job's image cannot be pulled")
 P001 = Code("GPUOP-P001", "operand pod not scheduled")
 P002 = Code("GPUOP-P002", "operand image cannot be pulled")
 P003 = Code("GPUOP-P003", "operand in CrashLoopBackOff")
@@ -53,7 +54,8 @@ T001 = Code("GPUOP-T001", "cordoned by an admin")
 T002 = Code("GPUOP-T002", "a taint keeps GPU pods off")
 
 ALL_CODES: tuple[Code, ...] = (
-    S001, S002, S003, N001, D001, D002, D003, D004, D005, D006, P001, P002, P003, P004, P005, P006, P007,
+    S001, S002, S003, N001, D001, D002, D003, D004, D005, D006, D007, P001, P002, P003, P004, P005, P006,
+    P007,
     R001, R002, H001, H002, M001, M002, C001, C002, C003, T001, T002,
 )  # fmt: skip
 

@@ -72,6 +72,7 @@ FAILING_REASONS = frozenset(
         "OOMKilled",
         "ErrImagePull",
         "ImagePullBackOff",
+        "InvalidImageName",
         "CreateContainerConfigError",
         "CreateContainerError",
         "RunContainerError",

@@ -433,6 +433,11 @@ class SimCluster:
             if not self._watch_stop.is_set():
                 log.exception("node %s: simulated reboot failed", name)
 
+    def push_image(self, image: str, argv: list[str]) -> None:
+        """Make `image` pullable from now on, as pushing it to the registry would (`image_commands`):
+        a pod waiting in ImagePullBackOff starts at its next pull, when its back-off expires."""
+        self._image_commands[image] = list(argv)
+
     def set_stub_outcome(self, outcome: StubOutcomeFn | None) -> None:
         """Test hook for stub pods: `outcome(pod) -> StubOutcome | None` decides how each stub pod
         that starts from now on runs (Running `duration_s`, then exits with `exit_code` and

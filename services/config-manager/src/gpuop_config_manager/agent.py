@@ -336,7 +336,7 @@ class ConfigManagerAgent:
                         self.kube.delete_pod(pod)
                         evicted.add(pod.ref)
             if self.clock() >= deadline:
-                names = ", ".join(p.ref for p in left[:10])
+                names = ", ".join(p.described for p in left[:10])
                 more = f" and {len(left) - 10} more" if len(left) > 10 else ""
                 waited = config.quiesce_timeout_seconds
                 raise QuiesceTimeoutError(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuop_common.kubelet.assignments import GPU_DRA_DRIVERS, GPU_RESOURCE_PREFIXES
+from gpuop_common.kubeobj import IMAGE_PULL_REASONS
 
 NAME_LABEL = "app.kubernetes.io/name"
 DONE_PHASES = ("Succeeded", "Failed")
@@ -28,10 +29,20 @@ class PodView:
     owner_kinds: tuple[str, ...]
     deleting: bool
     gpu_claims: tuple[str, ...] = ()  # ResourceClaims it holds with GPU devices of this node
+    # The kubelet's reason when a container cannot pull its image: the pod stays Pending with its
+    # GPUs allocated (at admission) and never fails, so it blocks until the timeout; say why.
+    pull_reason: str = ""
 
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def described(self) -> str:
+        """`ns/name`, with why it never started when its image cannot be pulled."""
+        if self.pull_reason:
+            return f"{self.ref} (Pending, {self.pull_reason}: it never starts, delete it or fix its image)"
+        return self.ref
 
     @property
     def uses_gpus(self) -> bool:
@@ -75,7 +86,16 @@ def view(pod: Any, claims: Mapping[tuple[str, str], tuple[str, ...]] | None = No
         owner_kinds=tuple(o.kind for o in meta.owner_references or ()),
         deleting=meta.deletion_timestamp is not None,
         gpu_claims=(claims or {}).get((namespace, name), ()),
+        pull_reason=_pull_reason(status),
     )
+
+
+def _pull_reason(status: Any) -> str:
+    for container in (status.container_statuses if status is not None else None) or []:
+        waiting = container.state.waiting if container.state is not None else None
+        if waiting is not None and waiting.reason in IMAGE_PULL_REASONS:
+            return str(waiting.reason)
+    return ""
 
 
 def blocking(pods: Sequence[PodView], operands: Sequence[str]) -> list[PodView]:

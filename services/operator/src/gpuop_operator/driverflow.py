@@ -33,7 +33,7 @@ from gpuop_common.operandpause import DRIVER_UPGRADE_PAUSE
 
 from gpuop_operator.drain import NodePod, plan_drain
 from gpuop_operator.driverdefaults import concrete_label, resolved_version
-from gpuop_operator.driverjob import JobView, Operation
+from gpuop_operator.driverjob import JobView, Operation, image_field, superseded
 from gpuop_operator.model import (
     OPERANDS,
     REMEDIATION_ACTIVE,
@@ -60,6 +60,8 @@ PAUSED = PAUSE.annotation  # operands this upgrade paused, comma-separated
 BOOT_ID = "gpuop.dev/driver-upgrade.boot-id"  # bootID before the reboot
 FAILURE = DRIVER_FAILURE_ANNOTATION  # why the last install/upgrade failed
 REPORTED = "gpuop.dev/driver.reported"  # uid of the failed Job whose Events were sent
+PULL_REPORTED = "gpuop.dev/driver.pull-reported"  # uid of the Job whose unpullable image was reported
+PULL_EVENT = "DriverImagePullFailed"
 PAUSE_VALUE = PAUSE.value
 VALIDATE_TIMEOUT_S = 600.0
 RETRY_S = 5.0  # a refused eviction is tried again this soon
@@ -114,6 +116,7 @@ class DriverPlan:
     states: dict[str, DriverNodeState] = field(default_factory=dict)
     wake_after: float | None = None  # seconds until a time-based step is due again
     finished: list[tuple[str, float]] = field(default_factory=list)  # (node, walk seconds) done now
+    pull_problems: dict[str, str] = field(default_factory=dict)  # node -> its Job's unpullable image
 
     def without(self, skipped: set[str]) -> DriverPlan:
         """The Job, pod and Event writes of every node but `skipped` (whose patch did not apply:
@@ -172,6 +175,7 @@ class PassInputs(TypedDict, total=False):
     validation_recipe: str | None
     validation_timeout_s: float
     allocatable_expected: bool
+    job_image: str
 
 
 class DriverPlanner:
@@ -191,8 +195,10 @@ class DriverPlanner:
         validation_recipe: str | None = None,
         validation_timeout_s: float = 3600.0,
         allocatable_expected: bool = True,
+        job_image: str = "",
     ) -> None:
         self.allocatable_expected = allocatable_expected
+        self.job_image = job_image  # the image a Job created now runs (spec.driver.image or the operator's)
         self.validation_recipe = validation_recipe
         self.validation_timeout_s = validation_timeout_s
         self.driver = driver
@@ -205,6 +211,7 @@ class DriverPlanner:
         self.job_deadline_s = job_deadline_s
         self.plan = DriverPlan()
         self._patches: dict[str, NodePatch] = {}  # by node, in the order first written
+        self._pull_notes: dict[str, str] = {}  # node -> its Job's unpullable image, with the reason
 
     def finish(self, started: Sequence[str]) -> DriverPlan:
         """The plan, with the started nodes' patches apart (see `DriverPlan.start_patches`)."""
@@ -263,6 +270,7 @@ class DriverPlanner:
     def _state(self, node: NodeInfo, state: str, message: str = "") -> None:
         """The node's state for `status.driver`, with its version as this pass's patch leaves it."""
         version = self.after(node).labels.get(VERSION_LABEL, "")
+        message = self._pull_notes.get(node.name) or message  # the one thing a person must fix
         self.plan.states[node.name] = DriverNodeState(state, version, message, self.want(node))
 
     def _job(self, node: NodeInfo, operation: Operation, vendor: str) -> JobView | None:
@@ -271,6 +279,11 @@ class DriverPlanner:
         job = self.jobs.get((node.name, operation))
         if job is not None and job.deleting:
             return None  # the old one is going; create the new one after
+        if job is not None and superseded(job, self.job_image):
+            self.plan.delete_jobs.append(job)
+            return None
+        if job is not None and job.pulling:
+            self._report_pull(node, job)
         if job is not None and operation == "driver-install" and job.version != self.want(node):
             self.plan.delete_jobs.append(job)
             return None
@@ -280,6 +293,23 @@ class DriverPlanner:
             )
             self.plan.create_jobs.append(JobRequest(node.name, operation, vendor, version))
         return job
+
+    def _report_pull(self, node: NodeInfo, job: JobView) -> None:
+        """The Job's pod cannot pull its image: it stays Pending and the Job active (a kubelet never
+        fails it) until activeDeadlineSeconds, so say so now: the node's state message, the
+        DeviceConfig's Degraded condition and, once per Job, a Warning Event on the Node."""
+        problem = job.pull_problem(image_field(self.driver.image))
+        self._pull_notes[node.name] = problem
+        self.plan.pull_problems[node.name] = job.pull_problem(image_field(self.driver.image), detail=False)
+        if node.annotations.get(PULL_REPORTED) == job.uid:
+            return
+        now = self.after(node)
+        self._patch(
+            now,
+            parse_state(now.labels.get(STATE_LABEL)),
+            annotations={PULL_REPORTED: job.uid, SINCE: now.annotations.get(SINCE)},
+            event=(PULL_EVENT, problem[:1000], True),
+        )
 
     def _drop_jobs(self, node: NodeInfo) -> None:
         for operation in ("driver-install", "node-reboot", "driver-uninstall"):
@@ -310,7 +340,8 @@ class DriverPlanner:
         """The mode flipped mid-Job: let the `running` Job end (a half-removed package or a
         half-built module is worse than either), then go to `state` with the other Job."""
         job = self.jobs.get((node.name, running))
-        if job is not None and job.phase == "running" and not job.deleting:
+        # A Job stuck pulling its image never started: nothing half-done to wait for.
+        if job is not None and job.phase == "running" and not job.deleting and not job.pulling:
             self._state(node, node.labels.get(STATE_LABEL, ""), f"letting the {running} Job finish first")
             return
         if job is not None and not job.deleting:
@@ -396,7 +427,7 @@ class DriverPlanner:
             node,
             None,
             labels={VERSION_LABEL: self.want(node)},
-            annotations={FAILURE: None, SINCE: None},
+            annotations={FAILURE: None, SINCE: None, PULL_REPORTED: None},
             event=("DriverInstalled", f"driver {self.want(node)} installed by Job {job.name}", False),
         )
         self._state(node, "installed")
@@ -447,6 +478,7 @@ class DriverPlanner:
                 STARTED: str(int(self.now)),
                 FAILURE: None,
                 REPORTED: None,
+                PULL_REPORTED: None,
             },
             unschedulable=True,
             event=(*self._start_event(node), False),

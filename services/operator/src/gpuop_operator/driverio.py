@@ -17,6 +17,7 @@ from typing import Any
 from gpuop_common.config.driver import DriverConfig
 from gpuop_common.kube import EventRecorder, ObjectRef
 from gpuop_common.kubejson import JOBS, is_status
+from gpuop_common.kubeobj import image_pull_failure
 from kubernetes.client.exceptions import ApiException
 
 from gpuop_operator.drain import ControlPods, NodePod, node_pod
@@ -53,6 +54,10 @@ def read_failed_run(kube: KubeJson, job: JobView, namespace: str) -> FailedRun:
         owners = {ref.get("uid") for ref in (pod.get("metadata") or {}).get("ownerReferences") or []}
         if owners and job.uid not in owners:
             continue  # a pod of an older Job of that name, not collected yet
+        pull = image_pull_failure(pod)
+        if pull is not None:  # its deadline ended a Job whose pod never got its image
+            line = f"image {pull.image!r} was never pulled ({pull.reason}: {pull.message})"
+            return FailedRun(summary=line[:500])
         summary = summary_of_pod(pod)
         if summary is not None:
             tasks = tuple(

@@ -218,6 +218,26 @@ class JobView:
     message: str = ""
     deleting: bool = False
     run: str = ""  # remediation run id, "" for driver Jobs
+    image: str = ""  # the image its pod template runs
+    # Its pod cannot pull `image` (kubelet waiting reason and message): the pod stays Pending and
+    # the Job active until its activeDeadlineSeconds, so this is the only prompt sign.
+    pull_reason: str = ""
+    pull_message: str = ""
+
+    @property
+    def pulling(self) -> bool:
+        return self.phase == "running" and bool(self.pull_reason) and not self.deleting
+
+    def pull_problem(self, field: str, *, detail: bool = True) -> str:
+        """What a person reads: the Job, the image, the kubelet's reason, the field to fix. Without
+        `detail` (for the DeviceConfig's condition) it leaves out the kubelet's reason, which
+        alternates ErrImagePull / ImagePullBackOff at every pull and would rewrite it each time."""
+        why = f"{self.pull_reason}: {self.pull_message}" if self.pull_message else self.pull_reason
+        shown = f" ({why})" if detail else ""
+        return (
+            f"{self.operation} Job {self.name} on node {self.node} cannot pull image {self.image!r}"
+            f"{shown}; set {field} to an image the node can pull"
+        )
 
 
 def job_view(obj: JsonObj) -> JobView | None:
@@ -251,7 +271,31 @@ def job_view(obj: JsonObj) -> JobView | None:
         message=message,
         deleting="deletionTimestamp" in meta,
         run=str(annotations.get(RUN_ANNOTATION, "")),
+        image=template_image(obj),
     )
+
+
+PULL_CONDITION_REASON = "JobImagePullFailed"  # the DeviceConfig's Degraded reason
+
+
+def image_field(driver_image: str) -> str:
+    """The setting that chooses a per-node Job's image, as a person edits it."""
+    if driver_image:
+        return "spec.driver.image"
+    return "spec.driver.image (empty: the Job runs the operator's own image)"
+
+
+def superseded(job: JobView, wanted_image: str) -> bool:
+    """A Job stuck pulling an image that is no longer the one its field names: the person fixed
+    the field, so it is replaced (a Job's pod template cannot be changed)."""
+    return job.pulling and bool(wanted_image) and bool(job.image) and job.image != wanted_image
+
+
+def template_image(job: JsonObj) -> str:
+    """The image of the Job's (single) container."""
+    template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = template.get("containers") or [{}]
+    return str(containers[0].get("image") or "")
 
 
 def trim_job(obj: JsonObj) -> JsonObj:
@@ -274,7 +318,9 @@ def trim_job(obj: JsonObj) -> JsonObj:
         {k: c.get(k) for k in ("type", "status", "reason", "message")}
         for c in (obj.get("status") or {}).get("conditions") or []
     ]
-    return {"metadata": kept, "status": {"conditions": conditions}}
+    image = template_image(obj)
+    spec = {"template": {"spec": {"containers": [{"image": image}]}}} if image else {}
+    return {"metadata": kept, "spec": spec, "status": {"conditions": conditions}}
 
 
 def summary_of_pod(pod: JsonObj) -> PlaybookSummary | None:

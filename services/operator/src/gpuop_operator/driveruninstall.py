@@ -66,6 +66,10 @@ class DriverUninstaller(DriverPlanner):
         job = self.jobs.get((node.name, "driver-install"))
         awaited = node.annotations.get(AWAITED_INSTALL)
         keep_since = {SINCE: node.annotations.get(SINCE)}
+        if job is not None and job.pulling:
+            # Its image never came: nothing ran, nothing to take off. It would wait for its deadline.
+            self.plan.delete_jobs.append(job)
+            job = None
         if job is not None and not job.deleting and job.phase == "running":
             if awaited != job.uid:
                 self._patch(node, state, annotations={**keep_since, AWAITED_INSTALL: job.uid})

@@ -73,6 +73,9 @@ OPERANDS_ROLLING = "operands-rolling"
 DRIVER_UPGRADING = "driver-upgrading"
 DRIVER_UNINSTALLING = "driver-uninstalling"  # uninstallPolicy: Uninstall, the node in the walk
 DRIVER_FAILED = "driver-failed"
+# A driver step's Job cannot pull its image (the kubelet keeps its pod Pending, never failing it):
+# the walk waits for `spec.driver.image` to be fixed or for the Job's deadline.
+DRIVER_IMAGE_UNPULLABLE = "driver-image-unpullable"
 READY = "ready"
 REMOVING = "removing"
 

@@ -20,6 +20,7 @@ from gpuop_operator.model import (
     COMPANION_PODS,
     DISCOVERED,
     DRIVER_FAILED,
+    DRIVER_IMAGE_UNPULLABLE,
     DRIVER_INSTALLING,
     DRIVER_UNINSTALLING,
     DRIVER_UPGRADING,
@@ -116,6 +117,7 @@ def _advance(
     *,
     driver_ready: Collection[str],
     driver_walk: str | None,
+    unpullable: Collection[str] = (),
 ) -> NodePlan:
     """Next step for a selected node: add deploy labels up to the first stage not Ready yet.
 
@@ -145,6 +147,8 @@ def _advance(
             lifecycle = DRIVER_INSTALLING if "driver" in stage else OPERANDS_ROLLING
             break
     lifecycle = walk_stage(node, driver_walk) or lifecycle
+    if node.name in unpullable and lifecycle in (DRIVER_INSTALLING, DRIVER_UPGRADING, DRIVER_UNINSTALLING):
+        lifecycle = DRIVER_IMAGE_UNPULLABLE
     annotations: dict[str, str | None] = {OWNER_ANNOTATION: owner, STAGE_ANNOTATION: lifecycle}
     return NodePlan(node.name, lifecycle, _with_changes(node, desired, annotations))
 
@@ -210,13 +214,15 @@ def plan_rollout(
     *,
     installed: Collection[str] | None = None,
     driver_ready: Collection[str] = (),
+    driver_unpullable: Collection[str] = (),
 ) -> RolloutPlan:
     """Plan one reconcile of DeviceConfig `owner` ("<namespace>/<name>").
 
     `spec` None means the DeviceConfig is being deleted: every node it holds is torn down.
     `installed` lists the operands that have a DaemonSet; readiness is only awaited for those, so a
     missing chart does not stall every node (the status reports it as Degraded instead). None means
-    every operand is installed. `driver_ready`: nodes whose driver stage is done (driverflow)."""
+    every operand is installed. `driver_ready`: nodes whose driver stage is done (driverflow);
+    `driver_unpullable`: nodes whose driver Job cannot pull its image (stage `driver-image-unpullable`)."""
     index = pods if isinstance(pods, PodIndex) else PodIndex.of(pods)
     stages = enabled_stages(spec) if spec is not None else []
     walk = _driver_walk(spec)
@@ -227,7 +233,16 @@ def plan_rollout(
         holder = node.annotations.get(OWNER_ANNOTATION)
         if selected and holder in (None, owner):
             plans.append(
-                _advance(node, owner, stages, index, awaited, driver_ready=driver_ready, driver_walk=walk)
+                _advance(
+                    node,
+                    owner,
+                    stages,
+                    index,
+                    awaited,
+                    driver_ready=driver_ready,
+                    driver_walk=walk,
+                    unpullable=driver_unpullable,
+                )
             )
         elif holder == owner:
             plans.append(_teardown(node, index))

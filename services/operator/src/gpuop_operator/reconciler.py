@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ from gpuop_operator.driverjob import (
     COMPONENT,
     COMPONENT_LABEL,
     DEFAULT_JOB_IMAGE,
+    PULL_CONDITION_REASON,
     JobSettings,
     JobView,
     build_job,
@@ -178,6 +179,7 @@ class Reconciler:
             self._caches += (self.overrides,)
         self._override_problems: dict[str, list[str]] = {}  # DeviceConfig -> as last reported
         self._profiles_problems: dict[str, str] = {}  # DeviceConfig -> profilesConfigMap problem reported
+        self._pull_reported: dict[str, str] = {}  # DeviceConfig -> unpullable Job images reported
         self._override_checked: tuple[str | None, list[str]] | None = None  # (resourceVersion, problems)
         self._failed_runs: dict[str, FailedRun] = {}  # failed Job uid -> what its pod reported
         self._wake_at = 0.0  # monotonic time a timed driver step is due; 0 when none
@@ -344,13 +346,21 @@ class Reconciler:
             if not remediation_held:
                 done, remediation_plan, nodes = self._remediate(owner, spec, nodes, pods)
                 ok &= done
-        plan = plan_rollout(owner, spec, nodes, pods, installed=installed, driver_ready=driver_ready)
+        plan = plan_rollout(
+            owner,
+            spec,
+            nodes,
+            pods,
+            installed=installed,
+            driver_ready=driver_ready,
+            driver_unpullable=tuple(driver_plan.pull_problems) if driver_plan is not None else (),
+        )
         ok &= self._apply(plan)
         enabled = {service for stage in enabled_stages(spec) for service in stage}
         missing = (enabled & SUPPORTED_SERVICES) - installed - JOB_SERVICES
-        conditions = rollout_conditions(
-            plan, missing, held=remediation_held or held, problem=(PROFILES_REASON, profiles_problem)
-        )
+        pulls = self._pull_problems(obj, driver_plan, remediation_plan)
+        problem = (PROFILES_REASON, profiles_problem) if profiles_problem else (PULL_CONDITION_REASON, pulls)
+        conditions = rollout_conditions(plan, missing, held=remediation_held or held, problem=problem)
         status = build_status(generation, conditions, plan, previous, _now())
         if driver_plan is not None:
             status["driver"] = driver_status(spec.driver, driver_plan.states)
@@ -366,6 +376,27 @@ class Reconciler:
         self.metrics.set_stages(owner, status.get("stages") or {})
         self.metrics.deviceconfig_ready.labels(owner).set(1 if conditions[0].status else 0)
         return ok
+
+    def _pull_problems(
+        self, obj: JsonObj, driver: DriverPlan | None, remediation: RemediationPlan | None
+    ) -> str:
+        """The per-node Jobs whose image cannot be pulled (Degraded's message, or ""); a Warning
+        Event on the DeviceConfig when that changes to a new problem. A kubelet never fails such a
+        Job's pod, so without this the DeviceConfig would only say "rolling" until the deadline."""
+        found = {
+            **(driver.pull_problems if driver else {}),
+            **(remediation.pull_problems if remediation else {}),
+        }
+        message = "; ".join(found[node] for node in sorted(found))
+        owner = object_key(obj)
+        if message != self._pull_reported.get(owner, ""):
+            self._pull_reported[owner] = message
+            if message:
+                log.warning(
+                    "per-node Job image cannot be pulled", extra={"deviceconfig": owner, "problem": message}
+                )
+                self._event(obj, PULL_CONDITION_REASON, message, "Warning")
+        return message
 
     def _named_profiles(self, obj: JsonObj, spec: DeviceConfigSpec) -> NamedProfiles:
         """The profiles of the ConfigMap `configManager.profilesConfigMap` names; a Warning Event
@@ -431,10 +462,15 @@ class Reconciler:
 
     def _job_views(self) -> dict[tuple[str, str], JobView]:
         jobs: dict[tuple[str, str], JobView] = {}
+        pulls = views.job_pull_failures(self.pods.items())
         for obj in self.jobs.items():
             view = job_view(obj)
-            if view is not None:
-                jobs[(view.node, view.operation)] = view
+            if view is None:
+                continue
+            failure = pulls.get(view.name)
+            if failure is not None and failure.image == view.image:  # not an older same-named Job's pod
+                view = replace(view, pull_reason=failure.reason, pull_message=failure.message)
+            jobs[(view.node, view.operation)] = view
         live = {view.uid for view in jobs.values()}
         for uid in [uid for uid in self._failed_runs if uid not in live]:
             del self._failed_runs[uid]  # its Job is gone: nobody asks for its report again
@@ -521,6 +557,8 @@ class Reconciler:
             validation_recipe=spec.test_runner.recipe if spec.test_runner.enable else None,
             validation_timeout_s=float(spec.test_runner.timeout_seconds),
             allocatable_expected=spec.device_plugin.enable,
+            job_image=spec.driver.image or self.job_settings.image,
+            driver_image=spec.driver.image,
         )
         # As in _drive: node patches first; a node's Jobs, evictions and Events only once its step is
         # recorded (a taint patch refused for a stale resourceVersion runs again next pass).
@@ -592,6 +630,7 @@ class Reconciler:
             validation_recipe=spec.test_runner.recipe if spec.test_runner.enable else None,
             validation_timeout_s=float(spec.test_runner.timeout_seconds),
             allocatable_expected=spec.device_plugin.enable,
+            job_image=spec.driver.image or self.job_settings.image,
         )
         # Node patches first: a step's Job, evictions and Events follow only once its node records
         # the step. A node starts only when every other patch applied, so a slot freed this pass

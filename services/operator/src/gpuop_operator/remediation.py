@@ -42,7 +42,7 @@ from gpuop_operator.driverflow import (
     RecipeAnswer,
     ask_recipe,
 )
-from gpuop_operator.driverjob import JobView, Operation
+from gpuop_operator.driverjob import JobView, Operation, image_field, superseded
 from gpuop_operator.model import (
     OPERANDS,
     REMEDIATION_ACTIVE,
@@ -70,6 +70,7 @@ ADMIN_CORDON = _PREFIX + "admin-cordoned"
 TAINT = _PREFIX + "taint"  # JSON of the taint this run added (removed exactly, whatever the spec says now)
 FAILURE = _PREFIX + "failure"
 REPORTED = _PREFIX + "reported"  # uid of the failed Job whose task Events were sent
+PULL_REPORTED = _PREFIX + "pull-reported"  # uid of the Job whose unpullable image was reported
 HISTORY = _PREFIX + "history"  # JSON list of finished runs, newest last
 PAUSE = REMEDIATION_PAUSE
 PAUSED = PAUSE.annotation  # deploy labels of the operands this run paused, comma-separated
@@ -169,6 +170,7 @@ class RemediationPlan:
     states: dict[str, NodeRemediation] = field(default_factory=dict)
     finished: list[tuple[str, str]] = field(default_factory=list)  # (node, result) of runs ended now
     wake_after: float | None = None
+    pull_problems: dict[str, str] = field(default_factory=dict)  # node -> its Job's unpullable image
 
     def without(self, skipped: set[str]) -> RemediationPlan:
         """The Job, pod and Event writes of every node but `skipped`, whose patch did not apply
@@ -231,7 +233,11 @@ class _Planner:
         validation_recipe: str | None,
         validation_timeout_s: float,
         allocatable_expected: bool,
+        job_image: str = "",
+        driver_image: str = "",
     ) -> None:
+        self.job_image = job_image  # the image a Job created now runs
+        self.driver_image = driver_image  # spec.driver.image, which chooses it
         self.config = config
         self.jobs = jobs
         self.reports = reports
@@ -244,6 +250,7 @@ class _Planner:
         self.allocatable_expected = allocatable_expected
         self.keep = max(config.history_limit, config.rate_limit.max_runs_per_window)
         self.plan = RemediationPlan()
+        self._pull_notes: dict[str, str] = {}  # node -> its Job's unpullable image, with the reason
 
     # ---------------------------------------------------------------- helpers
     def _patch(
@@ -287,6 +294,7 @@ class _Planner:
     def _state(
         self, node: NodeInfo, state: str, message: str = "", history: list[dict[str, Any]] | None = None
     ) -> None:
+        message = self._pull_notes.get(node.name) or message
         shown = (history if history is not None else history_of(node))[-self.config.history_limit :]
         if not self.config.history_limit:
             shown = []
@@ -379,14 +387,34 @@ class _Planner:
         """This run's Job for `operation`; asks for it when missing, deletes an older run's first."""
         run = node.annotations.get(STARTED, "")
         job = self.jobs.get((node.name, operation))
-        if job is not None and (job.deleting or job.run != run):
+        if job is not None and (job.deleting or job.run != run or superseded(job, self.job_image)):
             if not job.deleting:
                 self.plan.delete_jobs.append(job)
             return None
+        if job is not None and job.pulling:
+            self._report_pull(node, job)
         if job is None:
             gpus = tuple(g for g in node.annotations.get(GPUS, "").split(",") if g)
             self.plan.create_jobs.append(RemediationJob(node.name, operation, vendor, run, playbook, gpus))
         return job
+
+    def _report_pull(self, node: NodeInfo, job: JobView) -> None:
+        """As the driver lifecycle's: a Job whose pod cannot pull its image is never failed by the
+        kubelet, so it is reported now (state message, Degraded, one Warning Event per Job); the
+        reboot timeout or the Job's deadline still ends the run."""
+        problem = job.pull_problem(image_field(self.driver_image))
+        self._pull_notes[node.name] = problem
+        self.plan.pull_problems[node.name] = job.pull_problem(image_field(self.driver_image), detail=False)
+        if node.annotations.get(PULL_REPORTED) == job.uid:
+            return
+        now = self.after(node)
+        self._patch(
+            now,
+            parse_state(now.labels.get(STATE_LABEL)),
+            annotations={PULL_REPORTED: job.uid, SINCE: now.annotations.get(SINCE)},
+            event=("RemediationImagePullFailed", problem),
+            warning=True,
+        )
 
     def _cleared(self, node: NodeInfo) -> bool:
         return trigger_of(node, self.config) is None
@@ -831,6 +859,8 @@ def plan_remediation(
     validation_recipe: str | None = None,
     validation_timeout_s: float = 3600.0,
     allocatable_expected: bool = True,
+    job_image: str = "",
+    driver_image: str = "",
 ) -> RemediationPlan:
     """One pass of remediation over the nodes a DeviceConfig selects (`remediation.enable`).
 
@@ -841,7 +871,8 @@ def plan_remediation(
     DeviceConfigs in remediation (`maxParallel` counts the whole cluster); `driver_enabled`: the
     driver lifecycle runs on these nodes (a node installing or upgrading it is not started);
     `validation_recipe`: the test runner's recipe a node must pass (with `validateAfter`) before
-    it is given back."""
+    it is given back; `job_image`: the image a Job created now runs (a Job stuck pulling another one
+    is replaced), `driver_image`: spec.driver.image, named when a Job's image cannot be pulled."""
     planner = _Planner(
         config,
         jobs=jobs,
@@ -853,6 +884,8 @@ def plan_remediation(
         validation_recipe=validation_recipe,
         validation_timeout_s=validation_timeout_s,
         allocatable_expected=allocatable_expected,
+        job_image=job_image,
+        driver_image=driver_image,
     )
     active = active_elsewhere
     ready_to_start: list[NodeInfo] = []

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Generic, TypeVar
+
+from gpuop_common.kubeobj import PullFailure, image_pull_failure
 
 from gpuop_operator.model import LABEL_PREFIX, NodeCondition, NodeInfo, PodInfo
 
 JsonObj = dict[str, Any]
 V = TypeVar("V")
 NAME_LABEL = "app.kubernetes.io/name"
+JOB_NAME_LABEL = "job-name"  # set by the Job controller on its pods
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 
@@ -84,14 +88,33 @@ def _pod_ready(obj: JsonObj) -> bool:
 
 
 def trim_pod(obj: JsonObj) -> JsonObj:
+    """Operand pods: service, node, Ready. A Job's pod also keeps its Job's name and an image it
+    cannot pull: such a pod stays Pending (never Failed), so the driver lifecycle must see why."""
     meta = _meta(obj, "name", "namespace", "resourceVersion", "deletionTimestamp")
     labels = (obj.get("metadata") or {}).get("labels") or {}
     meta["labels"] = {NAME_LABEL: labels.get(NAME_LABEL, "")}
+    status: JsonObj = {"ready": _pod_ready(obj)}
+    if JOB_NAME_LABEL in labels:
+        meta["labels"][JOB_NAME_LABEL] = labels[JOB_NAME_LABEL]
+        failure = image_pull_failure(obj)
+        if failure is not None:
+            status["pullFailure"] = asdict(failure)
     return {
         "metadata": meta,
         "spec": {"nodeName": (obj.get("spec") or {}).get("nodeName", "")},
-        "status": {"ready": _pod_ready(obj)},
+        "status": status,
     }
+
+
+def job_pull_failures(pods: Iterable[JsonObj]) -> dict[str, PullFailure]:
+    """Job name -> the image its (trimmed) pod cannot pull, for the pods that cannot pull one."""
+    found: dict[str, PullFailure] = {}
+    for pod in pods:
+        job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
+        failure = (pod.get("status") or {}).get("pullFailure")
+        if job and isinstance(failure, dict):
+            found[str(job)] = PullFailure(**failure)
+    return found
 
 
 def trim_named(obj: JsonObj) -> JsonObj:

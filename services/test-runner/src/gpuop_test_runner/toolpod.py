@@ -24,6 +24,7 @@ from typing import TextIO
 
 from gpuop_common.config.testrunner import Recipe, ToolsImages, tools_image_setting
 from gpuop_common.kubejson import PODS, JsonObj, KubeJson, is_status
+from gpuop_common.kubeobj import IMAGE_PULL_REASONS
 from kubernetes.client.exceptions import ApiException
 
 from gpuop_test_runner.process import LocalTools, ToolMissingError, ToolOutcome, ToolRunner
@@ -36,8 +37,9 @@ RUN_LABEL = "gpuop.dev/test-run"
 POLL_S = 0.5  # first wait between reads of the Pod; it grows to MAX_POLL_S for long runs
 MAX_POLL_S = 5.0
 DELETE_GRACE_S = 5  # the tool gets SIGTERM, then SIGKILL 5 s later: as for a local tool's group
-# Waiting reasons of a container whose image the node cannot pull (kubelet: images.ErrImagePull etc.).
-PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+# Waiting reasons of a container whose image the node cannot pull: the kubelet keeps the pod Pending
+# and retries with back-off, never failing it, so the first of these is the answer (ToolMissing).
+PULL_FAILURES = IMAGE_PULL_REASONS
 # Reasons of a container that could not start: the image has no such executable.
 START_FAILURES = frozenset({"RunContainerError", "CreateContainerError", "StartError"})
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuop_sim.workloads.simkubelet.imagepull import invalid_reference
 from gpuop_sim.workloads.simkubelet.podspec import ContainerConfigError
 
 PODMAN = shutil.which("podman") or "/usr/bin/podman"
@@ -87,12 +88,9 @@ class LocalImages:
 
     def resolve(self, image: str, pull_policy: str = "IfNotPresent") -> ImageConfig:
         """The image's config, or the kubelet's ErrImagePull/ErrImageNeverPull when it is not here."""
-        if not image:
-            raise ContainerConfigError(
-                "InvalidImageName",
-                'Failed to apply default image tag "": '
-                'couldn\'t parse image reference "": invalid reference format',
-            )
+        malformed = invalid_reference(image)  # refused before any pull, as in process mode
+        if malformed:
+            raise ContainerConfigError("InvalidImageName", malformed)
         done = self._podman_run("image", "inspect", "--format", "json", image)
         if done.returncode != 0:
             raise pull_error(image, pull_policy, done.stderr)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuop_sim.workloads.objects import Obj, annotations_of, labels_of, meta, spec_of, status_of
+from gpuop_sim.workloads.simkubelet.imagepull import invalid_reference
 
 # containerd's default PATH for a container whose image sets none, after the simulated image's bin.
 IMAGE_PATH = f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -57,8 +58,12 @@ def resolve_argv(
     scripts_dir: Path,
     image_commands: Mapping[str, list[str]] | None = None,
 ) -> ResolvedCommand:
-    """The local command for a container, or ContainerConfigError("ErrImagePull") if none maps."""
+    """The local command for a container; ContainerConfigError("InvalidImageName") for a reference
+    that does not parse (refused before any pull), ("ErrImagePull") for an image that maps to nothing."""
     image = str(container.get("image") or "")
+    malformed = invalid_reference(image)
+    if malformed:
+        raise ContainerConfigError("InvalidImageName", malformed)
     command = [str(c) for c in container.get("command") or []]
     args = [str(a) for a in container.get("args") or []]
     overrides = image_commands or {}

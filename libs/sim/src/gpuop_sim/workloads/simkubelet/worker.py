@@ -34,6 +34,7 @@ from gpuop_sim.workloads.simkubelet.containermode import (
 )
 from gpuop_sim.workloads.simkubelet.devices import DeviceAllocator, admit_devices
 from gpuop_sim.workloads.simkubelet.identity import RunIdentity, image_user, run_identity
+from gpuop_sim.workloads.simkubelet.imagepull import PullBackOff, backoff_message
 from gpuop_sim.workloads.simkubelet.incluster import access_files, pod_kubeconfig, service_env, token_request
 from gpuop_sim.workloads.simkubelet.ocispec import Mount
 from gpuop_sim.workloads.simkubelet.podspec import (
@@ -82,16 +83,16 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-# Waiting reasons after which the kubelet gives the pod up instead of retrying.
-_TERMINAL_REASONS = ("ErrImagePull", "UnexpectedAdmissionError")
-# Waiting reasons the kubelet posts a `Failed` Event for.
-_FAILED_EVENT_REASONS = (
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "ErrImagePull",
-    "ErrImageNeverPull",
-    "RunContainerError",
-)
+# Waiting reasons after which the kubelet gives the pod up instead of retrying (never an image pull:
+# the pod stays Pending and the pull is retried with back-off, see imagepull).
+_TERMINAL_REASONS = ("UnexpectedAdmissionError",)
+# The Event a kubelet posts with an image error's own message, before its `Error: <reason>` one.
+_IMAGE_EVENTS: dict[str, tuple[EventType, str]] = {
+    "ErrImagePull": ("Warning", "Failed"),
+    "ImagePullBackOff": ("Normal", "BackOff"),
+    "InvalidImageName": ("Warning", "InspectFailed"),
+    "ErrImageNeverPull": ("Warning", "ErrImageNeverPull"),
+}
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,7 @@ class PodWorker:
         self._start_time = utc_now()
         self._volume_versions: dict[str, str] = {}
         self._config_error_reported = ""  # the last config error posted as an Event
+        self._pulls = PullBackOff()
         self._events = EventRecorder(rest.api_client, "kubelet", host=runtime.name)
         self.finished = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pod-{name_of(pod)}", daemon=True)
@@ -230,21 +232,16 @@ class PodWorker:
             self._handle_reboots()
 
     def _prepare_until_ready(self) -> None:
-        """Resolve the containers; config errors are retried, an unknown image fails the pod
-        (process mode) or is pulled again with back-off (container mode, as a node does)."""
-        failed_pulls = 0
+        """Resolve the containers; config errors are retried, image pulls after the kubelet's image
+        back-off (the pod stays Pending meanwhile, as on a kubelet)."""
         while not self._stop.is_set():
-            retry_in = 1.0
             try:
+                self._wait_pull_backoff()
                 self._prepare()
                 return
-            except ContainerConfigError as raised:
-                error = raised
-                if self.runtime.engine is not None and error.reason == "ErrImagePull":
-                    failed_pulls += 1
-                    retry_in = pull_backoff(failed_pulls)
-                    if failed_pulls > 1:
-                        error = image_pull_backoff(self.pod, error)
+            except ContainerConfigError as error:
+                if error.reason == "ErrImagePull":
+                    self._pulls.failed(self._image_of(error.container), time.monotonic())
                 self._report_config_error(error)
                 states = [
                     ContainerState(
@@ -252,7 +249,7 @@ class PodWorker:
                     )
                     for c in spec_of(self.pod).get("containers") or []
                 ]
-                if error.reason in _TERMINAL_REASONS and not failed_pulls:
+                if error.reason in _TERMINAL_REASONS:
                     self._patch(
                         pod_status(
                             "Failed",
@@ -276,10 +273,22 @@ class PodWorker:
                     qos_class=qos_class_of(self.pod),
                 )
                 self._patch(pending)
-                for _ in range(int(retry_in / _TICK)):
+                for _ in range(int(1.0 / _TICK)):
                     self._handle_reboots()  # nothing runs yet: acknowledge at once
                     if self._stop.wait(_TICK):
                         break
+
+    def _image_of(self, container: str) -> str:
+        specs = spec_of(self.pod).get("containers") or []
+        return next((str(c.get("image") or "") for c in specs if c.get("name") == container), "")
+
+    def _wait_pull_backoff(self) -> None:
+        """ImagePullBackOff while an image of this pod failed to pull and its back-off runs."""
+        specs = spec_of(self.pod).get("containers") or []
+        image = self._pulls.backing_off([str(c.get("image") or "") for c in specs], time.monotonic())
+        if image:
+            container = next(str(c.get("name") or "") for c in specs if str(c.get("image") or "") == image)
+            raise ContainerConfigError("ImagePullBackOff", backoff_message(image), container)
 
     def _report_config_error(self, error: ContainerConfigError) -> None:
         """The kubelet's `Failed` Event for a container it could not create; once per message here,
@@ -290,14 +299,23 @@ class PodWorker:
             self._config_error_reported = error.message
             self._event("", "Warning", "FailedMount", error.message)
             return
-        if error.reason not in _FAILED_EVENT_REASONS:
+        if error.reason not in (
+            "CreateContainerConfigError",
+            "CreateContainerError",
+            "RunContainerError",
+            *_IMAGE_EVENTS,
+        ):
             return
         self._config_error_reported = error.message
         containers = [str(c.get("name")) for c in spec_of(self.pod).get("containers") or []]
-        # An image pull failure says so itself ("Failed to pull image ..."), as the kubelet's Event.
-        own = ("ErrImagePull", "ErrImageNeverPull")
-        message = error.message if error.reason in own else f"Error: {error.message}"
-        self._event(error.container or containers[0], "Warning", "Failed", message)
+        container = error.container or containers[0]
+        if error.reason in _IMAGE_EVENTS:
+            # The image manager's Event with the message, then the container's `Error: <reason>`.
+            kind, reason = _IMAGE_EVENTS[error.reason]
+            self._event(container, kind, reason, error.message)
+            self._event(container, "Warning", "Failed", f"Error: {error.reason}")
+            return
+        self._event(container, "Warning", "Failed", f"Error: {error.message}")
 
     def _prepare(self) -> None:
         pod = self.pod
@@ -743,25 +761,6 @@ class PodWorker:
             except Exception as error:
                 if not is_status(error, 404, 409):
                     log.warning("pod %s: final delete failed (%s)", name_of(self.pod), error)
-
-
-def pull_backoff(failed_pulls: int) -> float:
-    """Seconds to the next pull of a missing image (a kubelet: 10 s doubling to 300 s; here 1 s
-    doubling to 8 s, so a pod whose image is built meanwhile starts soon)."""
-    return float(min(2 ** (failed_pulls - 1), 8))
-
-
-def image_pull_backoff(pod: Obj, error: ContainerConfigError) -> ContainerConfigError:
-    """The waiting reason between pulls of a missing image: `ImagePullBackOff`."""
-    image = next(
-        (
-            str(c.get("image"))
-            for c in spec_of(pod).get("containers") or []
-            if c.get("name") == error.container
-        ),
-        "",
-    )
-    return ContainerConfigError("ImagePullBackOff", f'Back-off pulling image "{image}"', error.container)
 
 
 def status_error_message(error: Exception) -> str:
