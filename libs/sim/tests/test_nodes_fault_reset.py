@@ -176,16 +176,19 @@ def test_a_process_with_nvml_open_blocks_the_reset_and_a_pending_mig_mode_until_
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as uid 65532 needs root")
-def test_an_unprivileged_agent_opens_nvml_after_a_root_agent_and_counts_as_a_holder() -> None:
-    """The device plugin (root) initialises NVML first, then the node labeller (its image's uid 65532)
-    does: a real node's /dev/nvidia* are world-openable, so its nvmlInit works and the driver
-    counts it as a user of every GPU (main: PermissionError on the holders folder root made)."""
+@pytest.mark.parametrize("first", ["root agent", "uid 65532 agent"])
+def test_an_unprivileged_agent_opens_nvml_and_counts_as_a_holder(first: str) -> None:
+    """The device plugin (root) and the node labeller (its image's uid 65532) both initialise NVML,
+    either one first: a real node's /dev/nvidia* are world-openable, so the labeller's nvmlInit
+    works and the driver counts it as a user of every GPU (main: PermissionError on the holders
+    folder root made, or on the root-owned .gpuop-sim when the labeller came first)."""
     base = short_tmp_dir("holders-")  # 0755: reachable by uid 65532
     try:
         info = build_node_root("nvidia-h100x8", base / "root")
         state = info.root / STATE_RELPATH
         plugin = FakeNvml(path=state)
-        plugin.nvmlInit()
+        if first == "root agent":
+            plugin.nvmlInit()
         labeller = subprocess.Popen(
             [
                 SETPRIV,
@@ -206,6 +209,8 @@ def test_an_unprivileged_agent_opens_nvml_after_a_root_agent_and_counts_as_a_hol
             assert labeller.stdout is not None and labeller.stderr is not None
             if labeller.stdout.readline().strip() != "held":
                 pytest.fail(f"uid 65532's nvmlInit failed: {labeller.stderr.read()}")
+            if first != "root agent":
+                plugin.nvmlInit()
             gpu = info.pci_addresses[0]
             assert f"(pid {labeller.pid})" in " ".join(gpuholders.holders(info.root, gpu))
             rc, _, err = run(info.root, "nvidia-smi", "-r", "-i", gpu)

@@ -8,9 +8,9 @@ until `nvmlShutdown`; a workload that opens device nodes calls `hold`), and a ho
 long as its process lives: one that exited without releasing is forgotten, as the kernel closes a
 dead process's files. Any uid registers: the device files are world-openable on a real node (the
 NVIDIA driver's default `NVreg_DeviceFileMode=0666`), so the driver counts an unprivileged agent's
-open like root's; the folders here are writable by every uid, whichever agent made them. The device
-nodes the simulated amdgpu driver sees open
-(`gpuop_sim.nodes.amd_driver.hold_open`: `/dev/kfd`, which reaches every GPU, or a GPU's own
+open like root's; the folders here are writable by every uid (`prepare`, when the node root is laid,
+then whichever agent makes a GPU's folder first). The device nodes the simulated amdgpu driver sees
+open (`gpuop_sim.nodes.amd_driver.hold_open`: `/dev/kfd`, which reaches every GPU, or a GPU's own
 `/dev/dri/renderD*`) hold the GPU as well.
 
 Stdlib only: the host-command fakes import it in a process per command.
@@ -42,6 +42,11 @@ def _name(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip() or "?"
     except OSError:
         return "?"
+
+
+def prepare(root: Path) -> None:
+    """The node's holder registry, open to every uid (done once when its root is laid)."""
+    _shared_folder(root / HOLDERS)
 
 
 def hold(root: Path, pci: str, pid: int | None = None) -> None:
