@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from gpuop_sim.nodes import (
     FaultError,
     active_faults,
     break_gpu,
+    build_node_root,
     hold_open,
     inject_xid,
     raise_ras,
@@ -24,6 +27,7 @@ from gpuop_sim.nodes import (
 from gpuop_sim.nodes.fake_nvml import FakeNvml
 from gpuop_sim.nodes.fake_nvml_api import NVML_ERROR_IN_USE
 from gpuop_sim.nodes.nvml_state import STATE_RELPATH
+from gpuop_sim.shortpaths import short_tmp_dir
 
 
 def run(root: Path, *argv: str) -> tuple[int, str, str]:
@@ -127,6 +131,7 @@ def test_bad_fault_and_reset_targets_are_named(gpu_node_root):
     assert rc == 6 and "'9'" in err
 
 
+SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 HOLD_NVML = """
 import sys
 from pathlib import Path
@@ -168,6 +173,56 @@ def test_a_process_with_nvml_open_blocks_the_reset_and_a_pending_mig_mode_until_
     assert rc == 0 and "was successfully reset" in out
     assert active_faults(info.root) == []
     assert nvml.nvmlDeviceGetMigMode(handle) == [wanted, wanted]  # the reset activated it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as uid 65532 needs root")
+@pytest.mark.parametrize("first", ["root agent", "uid 65532 agent"])
+def test_an_unprivileged_agent_opens_nvml_and_counts_as_a_holder(first: str) -> None:
+    """The device plugin (root) and the node labeller (its image's uid 65532) both initialise NVML,
+    either one first: a real node's /dev/nvidia* are world-openable, so the labeller's nvmlInit
+    works and the driver counts it as a user of every GPU (main: PermissionError on the holders
+    folder root made, or on the root-owned .gpuop-sim when the labeller came first)."""
+    base = short_tmp_dir("holders-")  # 0755: reachable by uid 65532
+    try:
+        info = build_node_root("nvidia-h100x8", base / "root")
+        state = info.root / STATE_RELPATH
+        plugin = FakeNvml(path=state)
+        if first == "root agent":
+            plugin.nvmlInit()
+        labeller = subprocess.Popen(
+            [
+                SETPRIV,
+                "--reuid=65532",
+                "--regid=65532",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                HOLD_NVML,
+                str(state),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert labeller.stdout is not None and labeller.stderr is not None
+            if labeller.stdout.readline().strip() != "held":
+                pytest.fail(f"uid 65532's nvmlInit failed: {labeller.stderr.read()}")
+            if first != "root agent":
+                plugin.nvmlInit()
+            gpu = info.pci_addresses[0]
+            assert f"(pid {labeller.pid})" in " ".join(gpuholders.holders(info.root, gpu))
+            rc, _, err = run(info.root, "nvidia-smi", "-r", "-i", gpu)
+            assert rc == 255 and f"pid {labeller.pid}" in err
+        finally:
+            assert labeller.stdin is not None
+            labeller.stdin.close()
+            labeller.wait(timeout=30)
+        plugin.nvmlShutdown()
+        assert gpuholders.holders(info.root, info.pci_addresses[0]) == []  # both released or gone
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_amd_reset_and_partition_writes_refuse_while_another_process_holds_the_gpu(gpu_node_root):

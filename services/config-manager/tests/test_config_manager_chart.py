@@ -124,7 +124,13 @@ def test_default_profiles_are_a_valid_config(chart: Path) -> None:
     )
     names = [p.name for p in config.profiles]
     assert {"spx-nps1", "cpx-nps4", "all-disabled", "all-1g.10gb"} <= set(names)
-    assert config.paused_operands == ["device-plugin", "dra-driver", "metrics-exporter", "test-runner"]
+    assert config.paused_operands == [
+        "device-plugin",
+        "dra-driver",
+        "metrics-exporter",
+        "node-labeller",
+        "test-runner",
+    ]
 
 
 def test_values_schema_config_is_the_shared_model(chart: Path) -> None:

@@ -4,14 +4,14 @@ apt, apt-cache, dpkg and curl are the real ones (`gpuop_sim.debian_root`): an in
 amdgpu release left configured, whose higher package must not win), an upgrade (v1 -> v2), a
 downgrade (v2 -> v1) and an uninstall are judged by the root's dpkg database. The vendors'
 repositories are local `file:` mirrors shaped like theirs, which the DeviceConfig's repository URL
-fields point at, as an air-gapped site does. One root per vendor; the steps run once in a module
+fields point at, as an air-gapped site does. The base root is built in the background from the
+start of the session (`debian_base_root`). One root per vendor; the steps run once in a module
 fixture and the tests read what each left.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,14 +41,6 @@ class Step:
     loaded: bool
 
 
-def _skip_without_world() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("a Debian root needs chroot: run as root")
-    missing = debian_root.ensure_tools()
-    if missing:
-        pytest.skip(f"missing {', '.join(missing)} (apt-get install debootstrap dpkg-dev gpg)")
-
-
 def _run_steps(
     root: Path, vendor: str, driver: dict[str, Any], steps: list[tuple[str, str, str]]
 ) -> dict[str, Step]:
@@ -71,8 +63,7 @@ def _run_steps(
 
 
 @pytest.fixture(scope="module")
-def amd(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Step]:
-    _skip_without_world()
+def amd(tmp_path_factory: pytest.TempPathFactory, debian_base_root: Path) -> dict[str, Step]:
     root = debian_root.fresh_root(tmp_path_factory.mktemp("debian-amd") / "root", "amd")
     mirror = VendorMirror(root)
     try:
@@ -101,8 +92,7 @@ def amd(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Step]:
 
 
 @pytest.fixture(scope="module")
-def nvidia(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Step]:
-    _skip_without_world()
+def nvidia(tmp_path_factory: pytest.TempPathFactory, debian_base_root: Path) -> dict[str, Step]:
     root = debian_root.fresh_root(tmp_path_factory.mktemp("debian-nvidia") / "root", "nvidia")
     mirror = VendorMirror(root)
     try:

@@ -390,3 +390,24 @@ class VendorMirror:
         (self.root / "etc/apt/sources.list").write_text(
             f"deb [trusted=yes] {self.url('debian')} {SUITE} main\n"
         )
+
+
+def main() -> int:
+    """`python -m gpuop_sim.debian_root`: install the tools, then build the cached root if missing.
+
+    What a test session starts in the background (`gpuop_sim.debian_root_fixtures`). Missing tools
+    are not a build failure: the tests that need the root skip, naming them."""
+    missing = ensure_tools()
+    if missing:
+        print(f"not building the Debian root: missing {', '.join(missing)}")
+        return 0
+    try:
+        print(cached_root())
+    except RuntimeError as exc:
+        print(exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

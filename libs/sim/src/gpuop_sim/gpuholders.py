@@ -6,8 +6,11 @@ plugin, DRA driver and test runner all do while they run. Here each such process
 under `<root>/.gpuop-sim/holders/<pci>/<pid>` (the fake NVML does it in `nvmlInit` for every GPU,
 until `nvmlShutdown`; a workload that opens device nodes calls `hold`), and a holder counts for as
 long as its process lives: one that exited without releasing is forgotten, as the kernel closes a
-dead process's files. The device nodes the simulated amdgpu driver sees open
-(`gpuop_sim.nodes.amd_driver.hold_open`: `/dev/kfd`, which reaches every GPU, or a GPU's own
+dead process's files. Any uid registers: the device files are world-openable on a real node (the
+NVIDIA driver's default `NVreg_DeviceFileMode=0666`), so the driver counts an unprivileged agent's
+open like root's; the folders here are writable by every uid (`prepare`, when the node root is laid,
+then whichever agent makes a GPU's folder first). The device nodes the simulated amdgpu driver sees
+open (`gpuop_sim.nodes.amd_driver.hold_open`: `/dev/kfd`, which reaches every GPU, or a GPU's own
 `/dev/dri/renderD*`) hold the GPU as well.
 
 Stdlib only: the host-command fakes import it in a process per command.
@@ -41,12 +44,35 @@ def _name(pid: int) -> str:
         return "?"
 
 
+def prepare(root: Path) -> None:
+    """The node's holder registry, open to every uid (done once when its root is laid)."""
+    _shared_folder(root / HOLDERS)
+
+
 def hold(root: Path, pci: str, pid: int | None = None) -> None:
     """Process `pid` (default: this one) opened the GPU at PCI address `pci`."""
     pid = os.getpid() if pid is None else pid
     folder = root / HOLDERS / pci.lower()
-    folder.mkdir(parents=True, exist_ok=True)
+    for shared in (folder.parent, folder):
+        _shared_folder(shared)
     (folder / str(pid)).write_text(_name(pid))
+
+
+def _shared_folder(folder: Path) -> None:
+    """Make `folder` writable by every uid (a root agent and a uid-65532 one hold the same GPU).
+
+    Made under a temporary name and renamed into place, so no agent ever sees it before its mode
+    is set (mkdir's mode is cut by the umask)."""
+    if folder.is_dir():
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    made = folder.with_name(f".{folder.name}.{os.getpid()}")
+    made.mkdir(exist_ok=True)
+    made.chmod(0o777)
+    try:
+        made.rename(folder)
+    except OSError:  # another agent made it first
+        made.rmdir()
 
 
 def release(root: Path, pci: str, pid: int | None = None) -> None:

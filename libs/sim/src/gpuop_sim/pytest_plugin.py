@@ -5,6 +5,7 @@ service's tests get `sim_apiserver`, fixture GPU roots and the kubelet emulator 
 """
 
 from gpuop_sim.apiserver.fixtures import *  # noqa: F403
+from gpuop_sim.debian_root_fixtures import *  # noqa: F403
 from gpuop_sim.kubelet.fixtures import *  # noqa: F403
 from gpuop_sim.nodes.fixtures import *  # noqa: F403
 from gpuop_sim.oci_fixtures import *  # noqa: F403

@@ -111,7 +111,13 @@ class ConfigManagerConfig(ImageSettings):
     paused_operands: list[
         Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
     ] = Field(
-        default_factory=lambda: ["device-plugin", "dra-driver", "metrics-exporter", "test-runner"],
+        default_factory=lambda: [
+            "device-plugin",
+            "dra-driver",
+            "metrics-exporter",
+            "node-labeller",
+            "test-runner",
+        ],
         max_length=16,
         description="Operands whose `gpuop.dev/deploy.<name>` node label is set to "
         "`paused-for-config-change` while the GPUs are repartitioned.",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuop_common.gpu.models import Vendor
 
-from gpuop_sim import drivertree
+from gpuop_sim import drivertree, gpuholders
 from gpuop_sim.nodes import amd_driver, boards, kfd_gen
 from gpuop_sim.nodes.amd_root import AmdBoard, AmdLayout, lay_amd_drm
 from gpuop_sim.nodes.captures import extract
@@ -172,6 +172,7 @@ def build_node_root(
         raise FileExistsError(f"node root {dest} is not empty")
     info = spec.build(dest, node_name or profile, driver_loaded)
     (dest / "dev" / "shm").mkdir(parents=True, exist_ok=True)  # every Linux host has it (MPS binds over it)
+    gpuholders.prepare(dest)  # any uid's agent opens the GPUs, the first one included
     if not driver_loaded:
         # A node the operator installs the driver on runs the driver playbooks against this root:
         # it needs what a freshly provisioned host has (an OS, a kernel, containerd).
