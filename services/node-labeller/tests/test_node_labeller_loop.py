@@ -16,7 +16,7 @@ import pytest
 from gpuop_common.probes import ProbeServer
 from gpuop_common.shutdown import ServiceContext, Stopping
 from gpuop_node_labeller.events import Trigger, relevant
-from gpuop_node_labeller.main import serve
+from gpuop_node_labeller.main import next_pass_in, serve
 from gpuop_node_labeller.settings import LabellerSettings
 from gpuop_sim.nodes import NodeRootInfo
 from gpuop_sim.nodes.faults import amd_device_dir
@@ -123,6 +123,38 @@ def test_hardware_event_relabels_without_waiting_for_the_resync(
         thread.join(10)
     assert result == [0]
     assert events.stopped
+
+
+def test_after_a_failed_pass_the_next_comes_sooner_than_the_interval() -> None:
+    assert next_pass_in(60.0, 0) == 60.0
+    assert [next_pass_in(60.0, n) for n in range(1, 6)] == [5.0, 10.0, 20.0, 40.0, 60.0]
+    assert next_pass_in(60.0, 40) == 60.0  # no overflow, capped at the interval
+    assert next_pass_in(2.0, 1) == 2.0  # an interval shorter than the first retry stays
+
+
+def test_a_first_pass_that_fails_is_retried_before_the_interval(
+    gpu_node_root: Callable[..., NodeRootInfo], nodes: Any, sim_kubeconfig: Path
+) -> None:
+    """The Node object is not there yet (a pass fails: the label PATCH answers 404): with an
+    interval of an hour, the labels still land once the Node exists, at the first retry."""
+    info = gpu_node_root("amd-single")
+    settings = LabellerSettings(
+        host_root=info.root, node_name="late-node", kubeconfig=sim_kubeconfig, interval=3600
+    )
+    stopping = Stopping()
+    probes = ProbeServer("127.0.0.1", 0)
+    ctx = ServiceContext(settings=settings, stopping=stopping, probes=probes)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(serve(ctx, FakeEvents())))
+    thread.start()
+    try:
+        wait_until(lambda: probes.ready_reason.startswith("labelling failed"), timeout=30)
+        nodes.create("late-node")
+        wait_until(lambda: nodes.labels("late-node").get("gpuop.dev/gpu.vendor") == "amd", timeout=60)
+    finally:
+        stopping.set()
+        thread.join(10)
+    assert result == [0]
 
 
 def run_script(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -101,6 +101,11 @@ class ProbeServer:
     def ready(self) -> bool:
         return self._ready
 
+    @property
+    def ready_reason(self) -> str:
+        """What the 503 body says while not ready (`ready` once ready)."""
+        return self._ready_reason
+
     def add_readiness_check(self, name: str, check: Check) -> None:
         with self._lock:
             self._readiness_checks[name] = check

@@ -117,23 +117,38 @@ def serve(
             api.close()  # type: ignore[no-untyped-call]
 
 
+FIRST_RETRY_SECONDS = 5.0
+
+
+def next_pass_in(interval: float, failures: int) -> float:
+    """Seconds to the next pass: the interval, or after `failures` failed passes in a row a retry
+    from 5 s doubling up to the interval (a first pass that fails while the driver is still loading
+    or the API is briefly away should not leave the node unlabelled for a whole interval)."""
+    if failures <= 0:
+        return interval
+    return min(interval, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
+
+
 def _loop(
     ctx: ServiceContext[LabellerSettings], labeller: NodeLabeller, trigger: Trigger, state: ConfigState
 ) -> int:
     s = ctx.settings
+    failures = 0
     while not ctx.stopping.is_set():
         try:
             labeller.run_once()
         except Exception as exc:
-            log.exception("labelling pass failed")
+            failures += 1
+            log.exception("labelling pass failed", extra={"failures_in_a_row": failures})
             ctx.probes.set_ready(False, f"labelling failed: {type(exc).__name__}")
             if s.once:
                 return 1
         else:
+            failures = 0
             ctx.probes.set_ready(True)
             if s.once:
                 return 0
-        reasons = trigger.wait(state.interval(), settle=s.settle_seconds)
+        reasons = trigger.wait(next_pass_in(state.interval(), failures), settle=s.settle_seconds)
         if any(r.startswith("udev") for r in reasons):
             log.info(
                 "hardware changed, relabelling", extra={"events": reasons[:10], "event_count": len(reasons)}
