@@ -8,10 +8,13 @@ labels filled (version, git revision, source). Then podman runs it with runc as 
 USER: the entrypoint's `--help` must exit 0. The table at the end gives each image's size, user and
 build time.
 
-The Dockerfiles take the base as `BASE_IMAGE` (default `python:3.11-slim`). Without `--base` the
-public image is not pulled (no registry is reachable on CI's machine): a local base is made from a
-Debian bookworm root (debootstrap, Debian's python3 3.11 and python3-venv), cached under `.cache/`
-and imported as `localhost/gpuop-base:bookworm`. docs/images.md says how a release uses the public base.
+The Dockerfiles take two bases: `BUILD_IMAGE` for the stage that installs the venv with uv, and
+`BASE_IMAGE` for the image itself (both default to `python:3.11-slim`, which a release uses:
+`--base python:3.11-slim`). Without `--base` the public image is not pulled (no registry is reachable
+on CI's machine): one Debian bookworm root (debootstrap, Debian's python3 3.11 and python3-venv) is
+made once, cached under `.cache/`, and imported twice: whole as `localhost/gpuop-base:bookworm` (the
+build stage's), and trimmed as `localhost/gpuop-base:bookworm-slim` (no venv/pip wheels, apt lists,
+docs, man pages or locales: the images' own, which keeps the agents small). docs/images.md says how a release uses the public base.
 Needs root; buildah, podman, runc and debootstrap are installed through apt when missing.
 """
 
@@ -32,9 +35,37 @@ from gpuop_sim import apt_tools
 REPO = Path(__file__).resolve().parents[1]
 
 TOOLS = {"buildah": "buildah", "podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
-LOCAL_BASE = "localhost/gpuop-base:bookworm"
+LOCAL_BASE = "localhost/gpuop-base:bookworm-slim"
+# The whole root, for the build stage; the tag the single local base of earlier builds had.
+LOCAL_BUILD_BASE = "localhost/gpuop-base:bookworm"
 BASE_ROOT = REPO / ".cache/gpuop-base-bookworm"
 BASE_PACKAGES = "python3,python3-venv,ca-certificates"
+# What the runtime base leaves out of the root (tar --exclude patterns, relative to it): what only
+# the build stage needs (venv's pip and setuptools wheels, apt's lists) and what no program in the
+# images reads (docs, man and info pages, translations; Python's own codecs replace glibc's gconv).
+RUNTIME_EXCLUDES = (
+    "./usr/share/doc/*",
+    "./usr/share/man/*",
+    "./usr/share/info/*",
+    "./usr/share/locale/*",
+    "./usr/share/lintian/*",
+    "./usr/share/python-wheels/*",
+    "./usr/lib/python3.11/ensurepip",
+    "./usr/lib/x86_64-linux-gnu/gconv/*",
+    "./var/lib/apt/lists/*",
+    "./var/cache/apt/*",
+    "./var/cache/debconf/*-old",
+    "./var/log/*",
+)
+# The same paths stay out of packages apt installs later in the runtime stage (dpkg's own filter,
+# as Debian's slim images do); copyright files stay.
+DPKG_EXCLUDES = """path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-exclude /usr/share/lintian/*
+"""
 MIRROR = "http://deb.debian.org/debian"
 STORAGE = ("--storage-driver", "vfs")
 # Raising rlimits needs CAP_SYS_RESOURCE, which sandboxed machines drop (gpuop_sim.oci says more).
@@ -87,21 +118,33 @@ def local_base() -> str:
         (building / "var/lib/apt/lists/partial").mkdir(parents=True)
         (building / ".gpuop-complete").write_text(f"bookworm {BASE_PACKAGES}\n")
         building.rename(BASE_ROOT)
-        subprocess.run(["podman", *STORAGE, "rmi", "-f", LOCAL_BASE], check=False, capture_output=True)
-    if not image_exists(LOCAL_BASE):
-        _trust_local_cas(BASE_ROOT)
-        tar = subprocess.Popen(
-            ["tar", "-C", str(BASE_ROOT), "--exclude=./.gpuop-complete", "-c", "."], stdout=subprocess.PIPE
-        )
-        # pip's and uv's own CA bundles would not hold those CAs: point them at the system store.
-        trust = [
-            f"--change=ENV {name}=/etc/ssl/certs/ca-certificates.crt"
-            for name in ("SSL_CERT_FILE", "PIP_CERT")
-        ]
-        importing = ["podman", *STORAGE, "import", *trust, "-", LOCAL_BASE]
-        subprocess.run(importing, stdin=tar.stdout, check=True, capture_output=True)
-        tar.wait()
+        for reference in (LOCAL_BASE, LOCAL_BUILD_BASE):
+            subprocess.run(["podman", *STORAGE, "rmi", "-f", reference], check=False, capture_output=True)
+    for reference, excludes in ((LOCAL_BUILD_BASE, ()), (LOCAL_BASE, RUNTIME_EXCLUDES)):
+        if not image_exists(reference):
+            _trust_local_cas(BASE_ROOT)
+            (BASE_ROOT / "etc/dpkg/dpkg.cfg.d/gpuop-slim").write_text(DPKG_EXCLUDES)
+            _import_root(BASE_ROOT, reference, excludes)
     return LOCAL_BASE
+
+
+def local_build_base() -> str:
+    """The build stage's base beside `local_base()`: the same root with python3-venv for uv."""
+    local_base()
+    return LOCAL_BUILD_BASE
+
+
+def _import_root(root: Path, reference: str, excludes: tuple[str, ...]) -> None:
+    excluding = [f"--exclude={pattern}" for pattern in (*excludes, "./.gpuop-complete")]
+    tar = subprocess.Popen(["tar", "-C", str(root), *excluding, "-c", "."], stdout=subprocess.PIPE)
+    # pip's and uv's own CA bundles would not hold those CAs: point them at the system store.
+    trust = [
+        f"--change=ENV {name}=/etc/ssl/certs/ca-certificates.crt" for name in ("SSL_CERT_FILE", "PIP_CERT")
+    ]
+    importing = ["podman", *STORAGE, "import", *trust, "-", reference]
+    subprocess.run(importing, stdin=tar.stdout, check=True, capture_output=True)
+    if tar.wait() != 0:
+        raise SystemExit(f"images: tar of {root} failed ({tar.returncode})")
 
 
 def _trust_local_cas(root: Path) -> None:
@@ -120,12 +163,16 @@ def git(*args: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
-def build(service: str, base: str, version: str) -> Built:
+def build(service: str, base: str, version: str, build_base: str | None = None) -> Built:
+    """`gpuop/gpuop-<service>:<version>` on `base`, its venv made on `build_base`: by default `base`
+    itself, or the whole local root where `base` is the local slim base (it has no venv module)."""
+    build_base = build_base or (LOCAL_BUILD_BASE if base == LOCAL_BASE else base)
     reference = f"gpuop/gpuop-{service}:{version}"
     started = time.monotonic()
     run(
         "buildah", *STORAGE, "bud", "--isolation", "chroot", "--layers",
         "--build-arg", f"BASE_IMAGE={base}",
+        "--build-arg", f"BUILD_IMAGE={build_base}",
         "--build-arg", f"VERSION={version}",
         "--build-arg", f"REVISION={git('rev-parse', 'HEAD')}",
         "--build-arg", f"SOURCE={git('remote', 'get-url', 'origin')}",
@@ -176,9 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"images: missing and not installable through apt: {', '.join(missing)}")
     version = (REPO / "VERSION").read_text().strip()
     base = args.base or local_base()
+    build_base = args.base or local_build_base()
     rows = []
     for service in args.only or services():
-        built = build(service, base, version)
+        built = build(service, base, version, build_base)
         check(built)
         saved = archive(built, args.archives) if args.archives else None
         rows.append(built)
