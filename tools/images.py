@@ -14,7 +14,8 @@ The Dockerfiles take two bases: `BUILD_IMAGE` for the stage that installs the ve
 on CI's machine): one Debian bookworm root (debootstrap, Debian's python3 3.11 and python3-venv) is
 made once, cached under `.cache/`, and imported twice: whole as `localhost/gpuop-base:bookworm` (the
 build stage's), and trimmed as `localhost/gpuop-base:bookworm-slim` (no venv/pip wheels, apt lists,
-docs, man pages or locales: the images' own, which keeps the agents small). docs/images.md says how a release uses the public base.
+docs, man pages or locales: the images' own, which keeps the agents small). docs/images.md says how
+a release uses the public base.
 Needs root; buildah, podman, runc and debootstrap are installed through apt when missing.
 """
 
