@@ -39,6 +39,11 @@ def podman(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]
     )
 
 
+def container(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`podman run --rm` without network and with rlimits any sandbox allows; `args`: options, image, argv."""
+    return podman("run", "--rm", "--network", "none", *LIMITS, *args, timeout=timeout)
+
+
 def missing_images(services: Sequence[str]) -> list[str]:
     return [reference(s) for s in services if podman("image", "exists", reference(s)).returncode != 0]
 
@@ -58,6 +63,7 @@ class Mount:
     kind: str
     read_only: bool
     sub_path: str = ""
+    host_path: str = ""  # a hostPath volume's path on the node
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,7 @@ def container_runs(manifests: Sequence[Mapping[str, Any]], image_name: str) -> l
                     kind=_volume_kind(volumes[m["name"]]),
                     read_only=bool(m.get("readOnly", False)),
                     sub_path=m.get("subPath", ""),
+                    host_path=(volumes[m["name"]].get("hostPath") or {}).get("path", ""),
                 )
                 for m in container.get("volumeMounts") or []
             )
@@ -166,7 +173,7 @@ def run_options(run: ContainerRun, image_user: str, sources: Mapping[str, Path])
     # A runAsUser without runAsGroup gets the group the image's /etc/passwd gives that uid; our
     # images have no entry for 65532, so 0, as containerd and CRI-O start it.
     gid = run.gid if run.gid is not None else (image_gid if run.uid is None and image_gid is not None else 0)
-    options = ["--user", f"{uid}:{gid}", "--network", "none", *LIMITS]
+    options = ["--user", f"{uid}:{gid}"]
     if run.read_only_root:
         options += ["--read-only", "--read-only-tmpfs=false"]
     if run.privileged:

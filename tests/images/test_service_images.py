@@ -22,11 +22,12 @@ from gpuop_operator import driverjob
 from gpuop_sim import helm
 
 from tests.images import imagecheck
-from tests.images.imagecheck import REPO, SERVICES, VERSION, ContainerRun, podman
+from tests.images.imagecheck import REPO, SERVICES, VERSION, ContainerRun, container
 
 CHARTS = REPO / "charts"
 PLAYBOOKS = "/app/lib/python3.11/site-packages/gpuop_operator/playbooks"
 AGENTS = ("device-plugin", "dra-driver", "metrics-exporter", "node-labeller")
+SYSTEM_PATHS = ("/dev", "/sys")
 AGENT_LIMIT_MB = 200  # issue 23's aim for every agent image
 
 
@@ -48,8 +49,8 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 
 
 def _chart_image(docs: dict[str, list[dict[str, Any]]]) -> str:
-    (run,) = imagecheck.container_runs(docs["operator"], "gpuop-operator")
-    return run.image
+    """The operator's own image, which it passes to the driver Jobs (`--driver-job-image`)."""
+    return imagecheck.container_runs(docs["operator"], "gpuop-operator")[0].image
 
 
 def image_user(image: str) -> str:
@@ -59,11 +60,11 @@ def image_user(image: str) -> str:
 @pytest.mark.parametrize("service", SERVICES)
 def test_entrypoint_help_exits_0_as_the_image_user(service: str, require_image: Callable[[str], str]) -> None:
     image = require_image(service)
-    done = podman("run", "--rm", "--network", "none", *imagecheck.LIMITS, image, "--help")
+    done = container(image, "--help")
     assert done.returncode == 0, f"{image} --help: {done.returncode}\n{done.stderr[-2000:]}"
     assert "usage" in done.stdout.lower(), done.stdout[:500]
     probe = "import os; print(os.getuid(), os.getgid())"
-    done = podman("run", "--rm", "--network", "none", "--entrypoint", "/app/bin/python", image, "-c", probe)
+    done = container("--entrypoint", "/app/bin/python", image, "-c", probe)
     assert done.returncode == 0, done.stderr
     user = imagecheck.numeric_user(image_user(image)) or (-1, None)
     assert done.stdout.split() == [str(user[0]), str(user[1] if user[1] is not None else 0)]
@@ -88,35 +89,49 @@ def test_each_chart_container_starts_as_its_pod_says_with_its_mounts(
     rendered: dict[str, list[dict[str, Any]]],
     tmp_path: Path,
 ) -> None:
-    """`--help` under the pod's user, read-only root and mounts; then every mount path is there,
-    and the writable ones the container's user may write are writable."""
+    """`--help` under the pod's user, read-only root and mounts, after a probe in the same
+    container (it execs the entrypoint) found every mount path there and the writable ones (other
+    than the node's /dev and /sys) writable by that user."""
     image = require_image(service)
-    user = image_user(image)
+    info = imagecheck.inspect(image)
+    user, entrypoint = str(info["Config"].get("User") or ""), list(info["Config"]["Entrypoint"])
     failures = []
     for index, run in enumerate(imagecheck.container_runs(rendered[service], f"gpuop-{service}")):
         sources = _mount_sources(run, tmp_path / str(index))
         options = imagecheck.run_options(run, user, sources)
-        done = podman("run", "--rm", *options, image, "--help")
-        if done.returncode != 0:
-            failures.append(f"{run.workload}: --help exited {done.returncode}: {done.stderr[-1500:]}")
-            continue
         paths = [m.path for m in run.mounts]
-        probe = f"import os, json; print(json.dumps([p for p in {paths!r} if not os.path.exists(p)]))"
-        done = podman("run", "--rm", *options, "--entrypoint", "/app/bin/python", image, "-c", probe)
-        if done.returncode != 0 or json.loads(done.stdout) != []:
-            failures.append(
-                f"{run.workload}: mount paths missing: {done.stdout.strip()} {done.stderr[-800:]}"
-            )
+        writable = [m.path for m in run.mounts if not m.read_only and m.host_path not in SYSTEM_PATHS]
+        probe = [json.dumps(paths), json.dumps(writable), *entrypoint, "--help"]
+        done = container(*options, "--entrypoint", "/app/bin/python", image, "-c", MOUNT_PROBE, *probe)
+        found = json.loads(done.stdout.splitlines()[0]) if done.stdout.startswith("{") else {}
+        if done.returncode != 0 or found != {"missing": [], "unwritable": []}:
+            failures.append(f"{run.workload}: exit {done.returncode}, {found} {done.stderr[-1500:]}")
     assert failures == []
+
+
+# Runs in the container: report missing and unwritable mount paths, then become the entrypoint.
+MOUNT_PROBE = """
+import json, os, sys
+paths, writable = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+found = {
+    "missing": [p for p in paths if not os.path.exists(p)],
+    "unwritable": [p for p in writable if not os.access(p, os.W_OK)],
+}
+print(json.dumps(found), flush=True)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
 
 
 def _mount_sources(run: ContainerRun, root: Path) -> dict[str, Path]:
     """A host directory (or file, for a subPath) behind each mount: a kubelet's emptyDir is 0777,
-    hostPath and projected volumes belong to root."""
+    hostPath and projected volumes belong to root. The node's /dev and /sys are this machine's own
+    (runc needs a /dev/null to set the user up; a private empty /dev would break any container)."""
     sources = {}
     for index, mount in enumerate(run.mounts):
         source = root / f"{index}-{mount.kind}"
-        if mount.sub_path:
+        if mount.kind == "hostPath" and mount.host_path in SYSTEM_PATHS:
+            source = Path(mount.host_path)
+        elif mount.sub_path:
             source.parent.mkdir(parents=True, exist_ok=True)
             source.write_text("")
         else:
@@ -137,9 +152,8 @@ def test_operator_image_syntax_checks_every_playbook(require_image: Callable[[st
         f"/app/bin/ansible-playbook --syntax-check -i localhost, -c local {PLAYBOOKS}/{name}"
         for name in shipped
     )
-    done = podman(
-        "run", "--rm", "--network", "none", "--user", "0:0", *imagecheck.LIMITS,
-        "--entrypoint", "/bin/sh", image, "-ec", f"cd {PLAYBOOKS} && {script}",
+    done = container(
+        "--user", "0:0", "--entrypoint", "/bin/sh", image, "-ec", f"cd {PLAYBOOKS} && {script}",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for name in shipped:
@@ -206,8 +220,8 @@ def test_driver_playbook_runs_in_the_operator_image_against_a_host_root(
     log = tmp_path / "log"
     log.mkdir()
     log.chmod(0o777)
-    done = podman(
-        "run", "--rm", "--network", "none", "--user", "0:0", "--privileged", *imagecheck.LIMITS,
+    done = container(
+        "--user", "0:0", "--privileged",
         "-v", f"{host}:/host:O",
         "--mount", f"type=bind,src={vars_dir},dst=/vars,ro",
         "--mount", f"type=bind,src={log},dst=/log",
