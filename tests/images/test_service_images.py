@@ -123,19 +123,23 @@ os.execv(sys.argv[3], sys.argv[3:])
 
 
 def _mount_sources(run: ContainerRun, root: Path) -> dict[str, Path]:
-    """A host directory (or file, for a subPath) behind each mount: a kubelet's emptyDir is 0777,
-    hostPath and projected volumes belong to root. The node's /dev and /sys are this machine's own
-    (runc needs a /dev/null to set the user up; a private empty /dev would break any container)."""
+    """What a node gives each mount: a hostPath is that path under one node root (the kubelet
+    creates missing ones, as `DirectoryOrCreate`; a mount of the node's / shows the others inside
+    it, as on a node), the node's own /dev and /sys are this machine's (runc needs a /dev/null to
+    set the user up); an emptyDir is a 0777 directory, a projected volume a root-owned one."""
+    node = root / "node"
+    node.mkdir(parents=True)
     sources = {}
     for index, mount in enumerate(run.mounts):
-        source = root / f"{index}-{mount.kind}"
         if mount.kind == "hostPath" and mount.host_path in SYSTEM_PATHS:
-            source = Path(mount.host_path)
-        elif mount.sub_path:
+            sources[mount.path] = Path(mount.host_path)
+            continue
+        source = node / mount.host_path.lstrip("/") if mount.kind == "hostPath" else root / f"{index}"
+        if mount.sub_path:
             source.parent.mkdir(parents=True, exist_ok=True)
             source.write_text("")
         else:
-            source.mkdir(parents=True)
+            source.mkdir(parents=True, exist_ok=True)
             if mount.kind == "emptyDir":
                 source.chmod(0o777)
         sources[mount.path] = source
