@@ -126,7 +126,7 @@ def next_pass_in(interval: float, failures: int) -> float:
     or the API is briefly away should not leave the node unlabelled for a whole interval)."""
     if failures <= 0:
         return interval
-    return min(interval, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
+    return min(interval, FIRST_RETRY_SECONDS * 2.0 ** min(failures - 1, 30))
 
 
 def _loop(
