@@ -38,7 +38,15 @@ def test_0_runs_while_the_root_builds():
 
 NEEDS_ROOT = """
 def test_1_needs_the_root(debian_base_root):
-    pass
+    assert (debian_base_root / "etc/debian_version").is_file()  # never reached: the build failed
+"""
+
+NO_ROOT_NEEDED = """
+from pathlib import Path
+import os
+
+def test_nothing_needs_the_root():
+    assert not (Path(os.environ["GPUOP_TEST_DIR"]) / "started").exists()
 """
 
 
@@ -90,6 +98,6 @@ def test_the_build_starts_at_collection_and_its_failure_fails_the_tests_that_nee
 
 @pytest.mark.slow
 def test_no_build_starts_when_no_collected_test_needs_the_root(tmp_path: Path) -> None:
-    done = _inner_session(tmp_path, "def test_nothing():\n    pass\n")
+    done = _inner_session(tmp_path, NO_ROOT_NEEDED)
     assert "1 passed" in done.stdout, done.stdout + done.stderr
     assert not (tmp_path / "started").exists()
